@@ -1,0 +1,36 @@
+"""iris: symmetric heaps and remote memory access for Triton and Gluon kernels, on NVIDIA GPUs and on the CPU.
+
+On a machine without a GPU (or with ``IRIS_BACKEND=cpu``) importing iris switches Triton to its CPU
+interpreter, so kernels defined *after* ``import iris`` run on the CPU over /dev/shm heaps.
+
+Examples
+--------
+>>> import iris, torch
+>>> ctx = iris.iris("64MiB")                        # doctest: +SKIP
+>>> buf = ctx.zeros(1024, dtype=torch.float32)       # doctest: +SKIP
+"""
+
+from . import interpret as _interpret
+from .backend import choose_backend as _choose_backend
+
+
+def _activate_interpreter_if_cpu() -> None:
+    # Triton reads TRITON_INTERPRET when @triton.jit decorates, so it must be set before any kernel of the
+    # user's is defined: that is, now. A bad IRIS_BACKEND is reported when the context is created.
+    try:
+        backend = _choose_backend(None)
+    except (ValueError, RuntimeError):
+        return
+    if backend == "cpu":
+        _interpret.activate()
+
+
+_activate_interpreter_if_cpu()
+
+from .context import Iris, iris  # noqa: E402
+from .heap import AllocationDivergence  # noqa: E402
+from .log import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # noqa: E402
+
+__all__ = [
+    "DEBUG", "ERROR", "INFO", "WARNING", "AllocationDivergence", "Iris", "iris", "logger", "set_logger_level",
+]

@@ -1,0 +1,59 @@
+"""The host-side process group iris uses to exchange small Python objects between ranks (gloo).
+
+``torch.distributed`` is initialised from the torchrun variables (``RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR``, ``MASTER_PORT``) when it is not yet initialised, or as a world of one. When the user
+already initialised it with another backend (NCCL), iris makes a gloo group of its own beside it, because
+its exchanges are of host objects.
+
+Examples
+--------
+>>> group = HostGroup.from_environment()          # doctest: +SKIP
+>>> group.all_gather_object(group.rank)           # doctest: +SKIP
+[0, 1, 2, 3]
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch.distributed as dist
+
+_TIMEOUT = timedelta(seconds=float(os.environ.get("IRIS_TIMEOUT", "1800")))
+
+
+class HostGroup:
+    """A gloo process group over all ranks, for collective exchange of small host objects."""
+
+    def __init__(self, group, rank: int, world_size: int):
+        self.group = group
+        self.rank = rank
+        self.world_size = world_size
+
+    @classmethod
+    def from_environment(cls) -> HostGroup:
+        """Initialise torch.distributed if needed and return the group iris exchanges over."""
+        if not dist.is_initialized():
+            if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+                dist.init_process_group("gloo", init_method="env://", timeout=_TIMEOUT)
+            else:
+                # A world of one needs no rendezvous: an in-process store is enough.
+                dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=_TIMEOUT)
+        group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo", timeout=_TIMEOUT)
+        return cls(group, dist.get_rank(), dist.get_world_size())
+
+    def all_gather_object(self, obj) -> list:
+        """Every rank's ``obj``, in rank order."""
+        out = [None] * self.world_size
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def broadcast_object(self, obj, src: int = 0):
+        """``src``'s ``obj`` on every rank."""
+        box = [obj]
+        dist.broadcast_object_list(box, src=src, group=self.group)
+        return box[0]
+
+    def barrier(self) -> None:
+        """Wait until every rank reaches this point."""
+        dist.barrier(group=self.group)

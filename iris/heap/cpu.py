@@ -1,0 +1,141 @@
+"""CPU heaps: one file in /dev/shm per rank, mapped by every rank, so kernels on the Triton interpreter read
+and write other ranks' heaps through plain addresses (real cross-process memory, real CPU atomics).
+
+Files are created with mode 0600 and unlinked as soon as every rank has mapped them: the mappings stay
+valid, and nothing is left in /dev/shm even if a rank is killed with SIGKILL afterwards. A rank killed in
+the few milliseconds before that leaves a file named after its pid; the next heap created on the machine
+removes such files of dead processes.
+
+Examples
+--------
+>>> memory = ShmHeapMemory(size=1 << 20, group=group)    # doctest: +SKIP
+>>> memory.bases                                          # doctest: +SKIP
+[139872512000000, 139872494174208]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import re
+import secrets
+
+import torch
+
+SHM_DIR = "/dev/shm"
+PREFIX = "iris-workbench-heap"
+_NAME = re.compile(rf"^{PREFIX}-u(\d+)-p(\d+)-[0-9a-f]+-r\d+$")
+
+
+def heap_file_name(session: str, rank: int) -> str:
+    """Name of rank's heap file: says it is ours, whose (uid) and which process (pid) created it."""
+    return f"{PREFIX}-u{os.getuid()}-p{os.getpid()}-{session}-r{rank}"
+
+
+def remove_stale_heap_files() -> list[str]:
+    """Unlink this user's heap files whose creating process is gone; return their names."""
+    removed = []
+    try:
+        names = os.listdir(SHM_DIR)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        match = _NAME.match(name)
+        if not match or int(match.group(1)) != os.getuid() or _alive(int(match.group(2))):
+            continue
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+            removed.append(name)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _address_of(mapping: mmap.mmap) -> int:
+    probe = ctypes.c_uint8.from_buffer(mapping)
+    address = ctypes.addressof(probe)
+    del probe  # releases the export so the mapping can be closed later
+    return address
+
+
+class ShmHeapMemory:
+    """Every rank's heap, mapped into this process. Collective: every rank constructs it together.
+
+    Parameters
+    ----------
+    size : int
+        Bytes per rank (rounded up to whole pages).
+    group : iris.distributed.HostGroup
+        The ranks that share heaps.
+    """
+
+    device = torch.device("cpu")
+
+    def __init__(self, size: int, group):
+        self.size = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+        self.rank = group.rank
+        remove_stale_heap_files()
+        session = group.broadcast_object(secrets.token_hex(4) if group.rank == 0 else None)
+        own_path = os.path.join(SHM_DIR, heap_file_name(session, group.rank))
+        self._mappings: list[mmap.mmap] = []
+        try:
+            own = self._create(own_path)
+            paths = group.all_gather_object(own_path)
+            for rank, path in enumerate(paths):
+                self._mappings.append(own if rank == group.rank else self._open(path, rank))
+            group.barrier()  # every rank has mapped every file: the names are no longer needed
+        finally:
+            _unlink_quietly(own_path)
+        self.bases = [_address_of(m) for m in self._mappings]
+
+    def _create(self, path: str) -> mmap.mmap:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, self.size)
+            return mmap.mmap(fd, self.size)
+        finally:
+            os.close(fd)
+
+    def _open(self, path: str, rank: int) -> mmap.mmap:
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError as err:
+            raise RuntimeError(
+                f"rank {self.rank}: rank {rank}'s heap file {path} is missing: the ranks must run on one machine "
+                "and share /dev/shm (the CPU backend does not span machines)"
+            ) from err
+        try:
+            return mmap.mmap(fd, self.size)
+        finally:
+            os.close(fd)
+
+    def view(self, rank: int, offset: int, nbytes: int):
+        """``(tensor, owner)``: a 1-D uint8 tensor over ``nbytes`` of rank's heap from ``offset``.
+
+        The tensor has a storage of its own that keeps ``owner`` alive; ``owner`` keeps the mapping
+        alive, so the memory outlives the heap object as long as a tensor uses it.
+        """
+        owner = (ctypes.c_uint8 * nbytes).from_address(self.bases[rank] + offset)
+        owner.memory = self
+        return torch.frombuffer(owner, dtype=torch.uint8), owner
+
+    def synchronize(self) -> None:
+        """Nothing to wait for: the interpreter runs kernels synchronously."""
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

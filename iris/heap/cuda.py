@@ -1,0 +1,115 @@
+"""GPU heaps: one device allocation per rank, opened by every other rank through CUDA IPC.
+
+Each rank allocates its heap with ``cudaMalloc`` on its own device (rank r uses device
+``r % device_count``, so several ranks may share a GPU), exports an IPC handle, and opens every peer's
+handle with ``cudaIpcOpenMemHandle(..., cudaIpcMemLazyEnablePeerAccess)`` *with its own device current*.
+Opening through ``torch.UntypedStorage._new_shared_cuda`` instead maps the peer under the peer's device,
+and kernels then fault with an illegal address (measured on 2xH200, see DESIGN.md).
+
+Examples
+--------
+>>> memory = CudaHeapMemory(size=1 << 30, group=group)   # doctest: +SKIP
+>>> memory.device                                         # doctest: +SKIP
+device(type='cuda', index=1)
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _runtime():
+    try:
+        from cuda.bindings import runtime
+    except ImportError as err:
+        raise ImportError(
+            "the cuda backend needs cuda-bindings to open peers' heaps: pip install 'iris-workbench[cuda]' "
+            "(or pip install cuda-bindings), or use backend='cpu'"
+        ) from err
+    return runtime
+
+
+def _check(result, what: str, rank: int):
+    err, *values = result
+    if int(err) != 0:
+        raise RuntimeError(f"rank {rank}: {what} failed with {err!r}")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+class _DeviceBuffer:
+    """A device address range that torch can wrap without copying (``__cuda_array_interface__``)."""
+
+    def __init__(self, address: int, nbytes: int, memory):
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,), "typestr": "|u1", "data": (address, False), "version": 3, "strides": None,
+        }
+        self.memory = memory
+
+
+class CudaHeapMemory:
+    """Every rank's heap as seen from this process. Collective: every rank constructs it together."""
+
+    def __init__(self, size: int, group):
+        rt = _runtime()
+        self.rank = group.rank
+        self.size = size
+        self.device_id = group.rank % torch.cuda.device_count()
+        self.device = torch.device("cuda", self.device_id)
+        torch.cuda.set_device(self.device)
+        _check(rt.cudaSetDevice(self.device_id), "cudaSetDevice", self.rank)
+        try:
+            own = _check(rt.cudaMalloc(size), f"cudaMalloc of a {size}-byte heap", self.rank)
+        except RuntimeError as err:
+            free, total = torch.cuda.mem_get_info(self.device)
+            raise MemoryError(
+                f"{err}; device {self.device_id} has {free} of {total} bytes free: ask for a smaller heap"
+            ) from err
+        self._own = int(own)
+        self._opened: list[int] = []
+        _check(rt.cudaMemset(self._own, 0, size), "cudaMemset", self.rank)
+        handle = _check(rt.cudaIpcGetMemHandle(self._own), "cudaIpcGetMemHandle", self.rank)
+        handles = group.all_gather_object(bytes(handle.reserved))
+        self.bases = []
+        for rank, raw in enumerate(handles):
+            if rank == self.rank:
+                self.bases.append(self._own)
+                continue
+            peer = rt.cudaIpcMemHandle_t()
+            peer.reserved = raw
+            address = _check(
+                rt.cudaIpcOpenMemHandle(peer, rt.cudaIpcMemLazyEnablePeerAccess),
+                f"cudaIpcOpenMemHandle of rank {rank}'s heap", self.rank,
+            )
+            self._opened.append(int(address))
+            self.bases.append(int(address))
+        _check(rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize", self.rank)
+
+    def view(self, rank: int, offset: int, nbytes: int):
+        """``(tensor, owner)``: a 1-D uint8 device tensor over ``nbytes`` of rank's heap from ``offset``.
+
+        The tensor is on this rank's device (the one that opened the mapping). For this rank's own heap
+        the tensor keeps ``owner`` alive, which keeps the heap memory alive; a view of a peer's heap does
+        not own it (``owner`` is None) and is valid while the heap is open.
+        """
+        if rank == self.rank:
+            owner = _DeviceBuffer(self.bases[rank] + offset, nbytes, self)
+            return torch.as_tensor(owner, device=self.device), owner
+        # torch tags a wrapped pointer with the device that owns the memory; a peer mapping must be
+        # used from *this* device, so build the storage with this device named explicitly.
+        storage = torch._C._construct_storage_from_data_pointer(self.bases[rank] + offset, self.device, nbytes)
+        return torch.empty(0, dtype=torch.uint8, device=self.device).set_(storage), None
+
+    def synchronize(self) -> None:
+        """Wait for this rank's device."""
+        torch.cuda.synchronize(self.device)
+
+    def __del__(self):
+        try:
+            rt = _runtime()
+            rt.cudaSetDevice(self.device_id)
+            rt.cudaDeviceSynchronize()
+            for address in self._opened:
+                rt.cudaIpcCloseMemHandle(address)
+            rt.cudaFree(self._own)
+        except Exception:  # interpreter shutdown: the driver frees everything anyway
+            pass

@@ -1,0 +1,196 @@
+"""The symmetric heap: every rank owns a heap of the same size, and a tensor has the same offset in all.
+
+Allocation is collective. Every rank asks for the same sizes in the same order; each request is exchanged,
+so a rank that asks for something else is reported by name instead of silently corrupting memory. Memory
+comes back: a tensor that no rank references any more is released at the next collective allocation.
+
+Examples
+--------
+>>> heap = SymmetricHeap(64 << 20, group, backend="cpu")          # doctest: +SKIP
+>>> x = heap.allocate((4, 8), torch.float32, label="x")           # doctest: +SKIP
+>>> peer_x = heap.as_remote(x, rank=1)                              # doctest: +SKIP
+>>> heap.bases[1] + heap.find(x).offset == peer_x.data_ptr()        # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from ..sizes import format_size
+from .allocator import Allocator, OutOfHeap, Usage
+
+
+class AllocationDivergence(RuntimeError):
+    """Ranks asked for different allocations at the same point of the program."""
+
+
+@dataclass(frozen=True)
+class AllocationInfo:
+    """One live allocation as the inspectors show it."""
+
+    offset: int
+    nbytes: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    label: str | None
+
+
+@dataclass
+class _Allocation:
+    info: AllocationInfo
+    reserved: int
+    owner: weakref.ref  # dead once no tensor on this rank uses the allocation's storage
+
+    @property
+    def referenced(self) -> bool:
+        return self.owner() is not None
+
+
+def _describe(request) -> str:
+    nbytes, dtype, shape = request
+    return f"{dtype.replace('torch.', '')}{list(shape)} ({nbytes} bytes)"
+
+
+class SymmetricHeap:
+    """This rank's heap plus every peer's, as mapped in this process.
+
+    Parameters
+    ----------
+    size : int
+        Bytes per rank.
+    group : iris.distributed.HostGroup
+        The ranks that share heaps.
+    backend : {"cpu", "cuda"}
+        Where the heaps live.
+    alignment : int
+        Every allocation starts at a multiple of this many bytes (wide vector loads need 16).
+    """
+
+    def __init__(self, size: int, group, backend: str, alignment: int = 256):
+        if backend == "cpu":
+            from .cpu import ShmHeapMemory as Memory
+        elif backend == "cuda":
+            from .cuda import CudaHeapMemory as Memory
+        else:
+            raise ValueError(f"unknown heap backend {backend!r}: use 'cpu' or 'cuda'")
+        self.group = group
+        self.rank = group.rank
+        self.world_size = group.world_size
+        self.backend = backend
+        self.memory = Memory(size, group)
+        self.size = self.memory.size
+        self.bases: list[int] = list(self.memory.bases)
+        self.device = self.memory.device
+        self._allocator = Allocator(self.size, alignment)
+        self._live: dict[int, _Allocation] = {}
+        self._count = 0
+
+    # -- allocation -------------------------------------------------------------------------------
+    def allocate(self, shape, dtype: torch.dtype, label: str | None = None) -> torch.Tensor:
+        """Collectively allocate an uninitialised tensor of ``shape`` and ``dtype``; same offset on every rank."""
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise ValueError(f"rank {self.rank}: negative dimension in shape {list(shape)}")
+        nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+        request = (nbytes, str(dtype), shape)
+        unreferenced = sorted(offset for offset, a in self._live.items() if not a.referenced)
+        gathered = self.group.all_gather_object((request, unreferenced))
+        self._count += 1
+        self._release(set.intersection(*(set(dead) for _, dead in gathered)))
+        self._check_agreement([req for req, _ in gathered])
+        try:
+            offset = self._allocator.allocate(nbytes)
+        except OutOfHeap:
+            raise self._out_of_memory(request, label) from None
+        reserved = self._allocator.reserved(offset)
+        raw, owner = self.memory.view(self.rank, offset, reserved)
+        tensor = raw[:nbytes].view(dtype).view(shape)
+        info = AllocationInfo(offset, nbytes, dtype, shape, label)
+        self._live[offset] = _Allocation(info, reserved, weakref.ref(owner))
+        return tensor
+
+    def _release(self, offsets) -> None:
+        # Every rank computes the same set (the intersection), so allocator states stay identical.
+        for offset in sorted(offsets):
+            self._allocator.release(offset)
+            del self._live[offset]
+
+    def _check_agreement(self, requests) -> None:
+        if len(set(requests)) == 1:
+            return
+        by_request: dict = {}
+        for rank, request in enumerate(requests):
+            by_request.setdefault(request, []).append(rank)
+        detail = "; ".join(
+            f"rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))} asked for {_describe(req)}"
+            for req, ranks in by_request.items()
+        )
+        raise AllocationDivergence(
+            f"rank {self.rank}: symmetric allocation #{self._count} diverged between ranks: {detail}. "
+            "Every rank must allocate the same shapes and dtypes in the same order."
+        )
+
+    def _out_of_memory(self, request, label) -> MemoryError:
+        use = self.usage()
+        what = _describe(request) + (f" named {label!r}" if label else "")
+        return MemoryError(
+            f"rank {self.rank}: symmetric heap out of memory allocating {what}: the heap of "
+            f"{format_size(use.size)} has {format_size(use.used)} in use by {use.allocations} allocations, "
+            f"{format_size(use.free)} free, largest free block {format_size(use.largest_free)}. "
+            "Delete tensors you no longer need on every rank (they are released at the next allocation) "
+            "or create the context with a larger heap_size."
+        )
+
+    # -- lookup -----------------------------------------------------------------------------------
+    def _allocation_of(self, tensor: torch.Tensor) -> _Allocation | None:
+        if not isinstance(tensor, torch.Tensor) or tensor.device != self.device:
+            return None
+        return self._live.get(tensor.untyped_storage().data_ptr() - self.bases[self.rank])
+
+    def owns(self, tensor: torch.Tensor) -> bool:
+        """True if ``tensor`` is (a view of) an allocation of this rank's heap."""
+        return self._allocation_of(tensor) is not None
+
+    def find(self, tensor: torch.Tensor) -> AllocationInfo:
+        """The allocation ``tensor`` views; ``ValueError`` saying why when it is not on this rank's heap."""
+        allocation = self._allocation_of(tensor)
+        if allocation is not None:
+            return allocation.info
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"rank {self.rank}: expected a torch.Tensor on the symmetric heap, got {type(tensor)}")
+        address = tensor.untyped_storage().data_ptr() if tensor.device == self.device else None
+        for rank, base in enumerate(self.bases):
+            if address is not None and rank != self.rank and base <= address < base + self.size:
+                raise ValueError(
+                    f"rank {self.rank}: this tensor already views rank {rank}'s heap (an as_remote view); "
+                    "pass the local tensor it was made from"
+                )
+        raise ValueError(
+            f"rank {self.rank}: tensor ({tensor.dtype}, shape {list(tensor.shape)}, {tensor.device}) is not on the "
+            "symmetric heap: create it with the context (ctx.zeros, ctx.empty, ctx.randn...) so that every rank "
+            "has a copy at the same offset"
+        )
+
+    def as_remote(self, tensor: torch.Tensor, rank: int) -> torch.Tensor:
+        """Zero-copy view of ``rank``'s copy of ``tensor``: same shape, dtype, strides and storage offset."""
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
+            raise ValueError(
+                f"rank {self.rank}: as_remote rank must be an int in [0, {self.world_size}), got {rank!r}"
+            )
+        allocation = self._live[self.find(tensor).offset]
+        raw, _ = self.memory.view(rank, allocation.info.offset, allocation.reserved)
+        return raw.view(tensor.dtype).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+
+    # -- inspection -------------------------------------------------------------------------------
+    def allocations(self) -> list[AllocationInfo]:
+        """Allocations some tensor on this rank still uses, by offset."""
+        return [a.info for _, a in sorted(self._live.items()) if a.referenced]
+
+    def usage(self) -> Usage:
+        """Sizes in bytes: total, used (including tensors awaiting release), free, largest free block."""
+        return self._allocator.usage()

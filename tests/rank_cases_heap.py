@@ -1,0 +1,225 @@
+"""Code that runs inside each rank for tests/test_heap.py (one process per rank, torchrun environment)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import iris
+
+
+def _ctx(heap="4MiB"):
+    return iris.iris(heap, backend="cpu")
+
+
+def creation_family():
+    ctx = _ctx()
+    r, n = ctx.get_rank(), ctx.get_num_ranks()
+    made = {
+        "zeros": ctx.zeros(3, 4, name="z"),
+        "zeros_tuple": ctx.zeros((3, 4), dtype=torch.int32),
+        "ones": ctx.ones([5], dtype=torch.float16),
+        "full": ctx.full((2, 2), 7),
+        "full_f": ctx.full(3, 2.5, dtype=torch.bfloat16),
+        "empty": ctx.empty(8, dtype=torch.int64),
+        "rand": ctx.rand(4, 4),
+        "randn": ctx.randn(16, generator=torch.Generator().manual_seed(0)),
+        "randint": ctx.randint(3, 9, (50,)),
+        "arange": ctx.arange(2, 11, 3),
+        "arange1": ctx.arange(5),
+        "linspace": ctx.linspace(0, 1, 5),
+    }
+    base = made["zeros"]
+    made.update(
+        zeros_like=ctx.zeros_like(base), ones_like=ctx.ones_like(base, dtype=torch.int8),
+        empty_like=ctx.empty_like(base), full_like=ctx.full_like(base, 3),
+        rand_like=ctx.rand_like(base), randn_like=ctx.randn_like(base),
+    )
+    for name, t in made.items():
+        assert ctx.is_symmetric(t), name
+        assert t.is_contiguous(), name
+    assert torch.equal(made["zeros"], torch.zeros(3, 4))
+    assert made["zeros_tuple"].dtype == torch.int32 and made["zeros_tuple"].shape == (3, 4)
+    assert torch.equal(made["ones"], torch.ones(5, dtype=torch.float16))
+    assert made["full"].dtype == torch.int64 and bool((made["full"] == 7).all())
+    assert made["full_f"].dtype == torch.bfloat16 and bool((made["full_f"] == 2.5).all())
+    assert bool(((made["rand"] >= 0) & (made["rand"] < 1)).all())
+    assert torch.equal(made["randn"], torch.randn(16, generator=torch.Generator().manual_seed(0)))
+    assert bool(((made["randint"] >= 3) & (made["randint"] < 9)).all()) and made["randint"].dtype == torch.int64
+    assert made["arange"].tolist() == [2, 5, 8] and made["arange1"].tolist() == [0, 1, 2, 3, 4]
+    assert torch.allclose(made["linspace"], torch.linspace(0, 1, 5))
+    assert made["ones_like"].dtype == torch.int8 and bool((made["ones_like"] == 1).all())
+    assert bool((made["full_like"] == 3).all()) and made["full_like"].dtype == torch.float32
+    assert ctx.zeros(2, requires_grad=True).requires_grad
+    assert not ctx.is_symmetric(torch.zeros(3))
+    # host API getters and the device context layout
+    bases = ctx.get_heap_bases()
+    assert bases.dtype == torch.int64 and bases.device == ctx.get_device() and bases.shape == (n,)
+    dc = ctx.get_device_context()
+    assert dc.dtype == torch.int64 and dc.shape == (2 + n + 17,)
+    assert dc[:2].tolist() == [r, n] and dc[2:2 + n].tolist() == bases.tolist() and dc[2 + n:].eq(0).all()
+    assert ctx.get_device() == torch.device("cpu") and ctx.get_device_id() is None
+    assert ctx.cur_rank == r and ctx.num_ranks == n and ctx.get_cu_count() >= 1
+    assert bases[r].item() <= base.data_ptr() < bases[r].item() + ctx.heap_size
+    for bad in (dict(device="cuda"), dict(layout=torch.sparse_coo)):
+        with pytest.raises((RuntimeError, ValueError), match="device mismatch|strided"):
+            ctx.zeros(2, **bad)
+    return {
+        "offsets": {k: t.data_ptr() - bases[r].item() for k, t in made.items()},
+        "bases": bases.tolist(),
+        "listing": [(a.offset, a.nbytes, str(a.dtype), list(a.shape), a.label) for a in ctx.heap.allocations()][:2],
+    }
+
+
+def as_remote_host():
+    ctx = _ctx()
+    r, n = ctx.cur_rank, ctx.num_ranks
+    right, left = (r + 1) % n, (r - 1) % n
+    buf = ctx.zeros(6, 8, dtype=torch.float32)
+    ctx.barrier()
+    remote = ctx.as_remote(buf, right)
+    assert remote.shape == buf.shape and remote.stride() == buf.stride() and remote.dtype == buf.dtype
+    assert remote.data_ptr() - ctx.heap.bases[right] == buf.data_ptr() - ctx.heap.bases[r]
+    remote.fill_(100 + r)  # write into the right neighbour's copy
+    ctx.barrier()
+    assert bool((buf == 100 + left).all()), buf
+    # non-contiguous views keep shape, strides and storage offset, and reads/writes land in the owner's copy
+    view = buf.t()[2:, ::3]
+    remote_view = ctx.as_remote(view, right)
+    assert remote_view.shape == view.shape and remote_view.stride() == view.stride()
+    assert remote_view.storage_offset() == view.storage_offset()
+    ctx.barrier()
+    remote_view.copy_(torch.full(view.shape, float(r)))
+    ctx.barrier()
+    expected = torch.full((6, 8), 100.0 + left)
+    expected.t()[2:, ::3] = float(left)
+    assert torch.equal(buf, expected), buf
+    # a reinterpreted view (other dtype) maps too
+    as_int = buf.view(torch.int32)[1]
+    assert torch.equal(ctx.as_remote(as_int, left), ctx.as_remote(buf, left).view(torch.int32)[1])
+    # reading through as_remote sees the peer's values (the right neighbour's copy is what this rank wrote)
+    ctx.barrier()
+    written = torch.full((6, 8), 100.0 + r)
+    written.t()[2:, ::3] = float(r)
+    assert torch.equal(ctx.as_remote(buf, right), written)
+    # own rank is a plain alias
+    assert ctx.as_remote(buf, r).data_ptr() == buf.data_ptr()
+    errors = []
+    for bad_rank in (n, -1, 1.0, True):
+        with pytest.raises(ValueError, match="rank must be an int") as info:
+            ctx.as_remote(buf, bad_rank)
+        errors.append(str(info.value))
+    with pytest.raises(ValueError, match="not on the symmetric heap") as info:
+        ctx.as_remote(torch.zeros(3), right)
+    errors.append(str(info.value))
+    with pytest.raises(ValueError, match="as_remote view"):
+        ctx.as_remote(remote, right)
+    ctx.barrier()
+    return errors
+
+
+def free_and_reuse():
+    ctx = _ctx("1MiB")
+    offsets = []
+    for i in range(20):  # 20 x 512 KiB through a 1 MiB heap only works if memory comes back
+        t = ctx.full((128, 1024), float(i), name=f"step{i}")
+        offsets.append(t.data_ptr() - ctx.heap.bases[ctx.cur_rank])
+        del t
+    assert ctx.heap_usage().allocations == 1
+    # a view keeps its allocation alive
+    keep = ctx.zeros(1000)
+    view = keep[10:20]
+    del keep
+    other = ctx.zeros(1000)
+    assert other.data_ptr() != view.data_ptr() - 10 * 4
+    labels = [a.label for a in ctx.heap.allocations()]
+    del view
+    third = ctx.zeros(1000)  # the viewed block is released now and reused
+    assert ctx.heap_usage().allocations == 2, ctx.heap_usage()
+    del other, third
+    # a tensor still referenced on one rank only is not released anywhere
+    held = ctx.zeros(256 * 1024 // 4)
+    if ctx.cur_rank == 0:
+        del held
+    filler = ctx.zeros(100)
+    still_live = ctx.heap_usage().allocations
+    del filler
+    return {"offsets": offsets, "labels": labels, "live_after_partial_free": still_live}
+
+
+def divergence_and_oom():
+    ctx = _ctx("1MiB")
+    r = ctx.cur_rank
+    before = ctx.zeros(10)
+    with pytest.raises(iris.AllocationDivergence) as info:
+        ctx.zeros(64 if r == 1 else 32)
+    divergence = str(info.value)
+    with pytest.raises(MemoryError) as info:
+        ctx.empty(2 << 20, dtype=torch.uint8)
+    oom = str(info.value)
+    after = ctx.ones(1000)  # the heap is still usable
+    assert ctx.is_symmetric(after) and bool((after == 1).all()) and bool((before == 0).all())
+    big = ctx.zeros(200 * 1024)  # most of the heap still fits
+    del big
+    return {"divergence": divergence, "oom": oom}
+
+
+def broadcast_values():
+    ctx = _ctx("1MiB")
+    r = ctx.cur_rank
+    return {
+        "int": ctx.broadcast(42 if r == 0 else None),
+        "float": ctx.broadcast(2.5 if r == 1 else None, src=1),
+        "obj": ctx.broadcast({"a": [1, 2], "r": r}, source_rank=1),
+        "tensor": (lambda v: [type(v).__name__, v.tolist()])(ctx.broadcast(torch.arange(4) * (r + 1))),
+        "bf16": ctx.broadcast(torch.ones(2, dtype=torch.bfloat16)).tolist(),
+        "array": ctx.broadcast(np.array([r, r]), src=1).tolist(),
+        "string": ctx.broadcast("hello" if r == 0 else ""),
+    }
+
+
+def logging_lines():
+    ctx = _ctx("1MiB")
+    iris.set_logger_level(iris.DEBUG)
+    ctx.info("info line")
+    ctx.debug("debug line")
+    iris.set_logger_level(iris.WARNING)
+    ctx.info("hidden")
+    ctx.warning("warned")
+    return True
+
+
+def heap_file_mode():
+    ctx = _ctx("1MiB")
+    own = ctx.heap.bases[ctx.cur_rank]
+    modes = []
+    for entry in os.listdir("/proc/self/map_files"):
+        start, _ = (int(x, 16) for x in entry.split("-"))
+        if start in ctx.heap.bases:
+            st = os.stat(f"/proc/self/map_files/{entry}")
+            modes.append(stat.S_IMODE(st.st_mode))
+            assert "(deleted)" in os.readlink(f"/proc/self/map_files/{entry}"), "heap file not unlinked"
+    assert len(modes) == ctx.num_ranks and own in ctx.heap.bases
+    return modes
+
+
+def wait_to_be_killed():
+    ctx = _ctx("1MiB")
+    x = ctx.ones(100)
+    ctx.barrier()
+    print("READY", flush=True)
+    time.sleep(120)
+    return float(x.sum())
+
+
+def world_of_one():
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        os.environ.pop(key, None)
+    ctx = _ctx("1MiB")
+    t = ctx.arange(4)
+    return [ctx.num_ranks, ctx.cur_rank, t.tolist(), ctx.as_remote(t, 0).tolist()]
