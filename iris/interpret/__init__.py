@@ -1,0 +1,90 @@
+"""Run Triton aggregates and Gluon kernels on the Triton CPU interpreter.
+
+CPU only. ``iris/__init__.py`` calls :func:`activate` before anything defines a kernel; on a GPU
+machine nothing here runs. This package imports nothing else from ``iris``.
+
+What :func:`activate` installs, one module each (every module says which triton code it works
+around, and why):
+
+* :mod:`.constexpr`: ``constexpr`` annotations count whatever their spelling (``gl.constexpr``...);
+* :mod:`.aggregate`: ``@aggregate`` classes keep and bind their jit methods;
+* :mod:`.gluon`: ``@gluon.jit`` kernels run, layouts ignored; GPU-only Gluon features raise
+  :class:`UnsupportedOnInterpreter`;
+* :mod:`.device_calls`: jit helpers made before activation (``gl.sum``, ``gl.zeros``...) run interpreted;
+* :mod:`.guard`: launching a kernel decorated before activation raises a clear ``RuntimeError``.
+
+Examples
+--------
+>>> import iris.interpret
+>>> iris.interpret.activate()   # before defining kernels
+>>> iris.interpret.is_active()
+True
+"""
+
+import os
+
+from .errors import UnsupportedOnInterpreter
+from .version import TESTED_TRITON_VERSIONS
+
+__all__ = ["TESTED_TRITON_VERSIONS", "UnsupportedOnInterpreter", "activate", "is_active"]
+
+_activated = False
+
+
+def activate():
+    """Switch Triton to the CPU interpreter and install the adapter; idempotent.
+
+    Sets ``TRITON_INTERPRET=1`` (read by ``@triton.jit`` when it decorates, so call this before
+    kernels are defined), checks the installed Triton (see :mod:`.version`) and installs the patches
+    once.
+
+    Raises
+    ------
+    RuntimeError
+        When the installed Triton lacks internals the adapter patches; pin ``triton==3.6.0``.
+
+    Warns
+    -----
+    UserWarning
+        When the installed Triton version was never tested with the adapter.
+
+    Examples
+    --------
+    >>> import iris.interpret
+    >>> iris.interpret.activate()
+    >>> import triton
+    >>> triton.knobs.runtime.interpret
+    True
+    """
+    global _activated
+    # Before importing triton, so that even triton's own standard library is made interpreted.
+    os.environ["TRITON_INTERPRET"] = "1"
+    if _activated:
+        return
+
+    import triton
+
+    from . import aggregate, constexpr, device_calls, gluon, guard, version
+
+    version.check_triton_version()
+    # triton.knobs reads TRITON_INTERPRET on every access unless a value was assigned to the knob;
+    # assign it too, so an earlier ``triton.knobs.runtime.interpret = False`` cannot win.
+    triton.knobs.runtime.interpret = True
+    for module in (constexpr, aggregate, gluon, device_calls, guard):
+        module.install()
+    _activated = True
+
+
+def is_active():
+    """Tell whether :func:`activate` has switched this process to the CPU interpreter.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> iris.interpret.is_active()
+    True
+    """
+    return _activated

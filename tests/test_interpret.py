@@ -1,0 +1,322 @@
+"""iris.interpret: Triton aggregates and Gluon kernels on the Triton CPU interpreter.
+
+Every kernel result is checked against a torch reference. The kernels live in
+tests/interpret_kernels.py, which activates the interpreter before defining them.
+"""
+
+import linecache
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import iris.interpret
+from iris.interpret import UnsupportedOnInterpreter, version
+
+from . import interpret_kernels as k
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_activate_is_idempotent_and_switches_triton_to_the_interpreter():
+    import triton
+
+    iris.interpret.activate()
+    iris.interpret.activate()
+    assert iris.interpret.is_active()
+    assert os.environ["TRITON_INTERPRET"] == "1"
+    assert triton.knobs.runtime.interpret
+    assert iris.interpret.TESTED_TRITON_VERSIONS == ("3.6.0",)
+
+
+def test_untested_triton_version_warns(monkeypatch):
+    import triton
+
+    monkeypatch.setattr(triton, "__version__", "9.9.9")
+    with pytest.warns(UserWarning, match=r"tested on triton 3\.6\.0; the installed triton is 9\.9\.9"):
+        version.check_triton_version()
+
+
+def test_missing_triton_internals_raise_with_advice(monkeypatch):
+    needed = version.REQUIRED_TRITON_INTERNALS + (("triton.runtime.interpreter", "NoSuchThing"),)
+    monkeypatch.setattr(version, "REQUIRED_TRITON_INTERNALS", needed)
+    with pytest.raises(RuntimeError, match=r"triton\.runtime\.interpreter\.NoSuchThing.*triton==3\.6\.0"):
+        version.check_triton_version()
+
+
+def test_numpy_2_4_with_triton_3_6_warns(monkeypatch):
+    import numpy
+
+    monkeypatch.setattr(numpy, "__version__", "2.4.0")
+    with pytest.warns(UserWarning, match=r"Pin numpy<2\.4"):
+        version.check_triton_version()
+
+
+def test_patches_are_installed_once():
+    from triton.runtime.interpreter import GridExecutor
+    from triton.runtime.jit import JITFunction
+
+    from iris.interpret import aggregate, constexpr, device_calls, gluon, guard
+
+    before = (JITFunction.run, JITFunction.__call__, GridExecutor.__init__, GridExecutor.__call__)
+    for module in (constexpr, aggregate, gluon, device_calls, guard):
+        module.install()
+    assert (JITFunction.run, JITFunction.__call__, GridExecutor.__init__, GridExecutor.__call__) == before
+    assert not hasattr(JITFunction.run.__wrapped__, "__wrapped__")
+
+
+def test_tested_versions_check_silently():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        version.check_triton_version()
+
+
+# ---------------------------------------------------------------- Gluon kernels
+
+
+def test_gluon_elementwise_with_and_without_layouts():
+    x = torch.randn(1000, dtype=torch.float32)
+    y = torch.full_like(x, -7.0)
+    k.scale_1d[(triton_cdiv(1000, 128),)](x, y, 1000, 2.5, BLOCK=128)
+    torch.testing.assert_close(y, x * 2.5)
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def test_gluon_2d_tile_with_slice_layouts_and_reductions():
+    M, N = 8, 16
+    x = torch.randn(M, N, dtype=torch.float32)
+    row_sum, col_max, row_prod = torch.zeros(M), torch.zeros(N), torch.zeros(M)
+    scaled = torch.zeros(M, N)
+    k.row_col_stats[(1,)](x, row_sum, col_max, scaled, row_prod, M, N)
+    torch.testing.assert_close(row_sum, x.sum(dim=1))
+    torch.testing.assert_close(col_max, x.max(dim=0).values)
+    torch.testing.assert_close(row_prod, x.prod(dim=1))
+    torch.testing.assert_close(scaled, x * 6 + torch.where(x > 0, 0.0, -1.0))
+
+
+def test_gluon_launch_facts_num_warps_and_programs():
+    out = torch.zeros(3, 4, dtype=torch.int32)
+    k.launch_facts[(3,)](out, torch.tensor([42.7]), 10, num_warps=8)
+    expected = torch.tensor([[pid, 3, 8 + 3 * 100, 42] for pid in range(3)], dtype=torch.int32)
+    assert torch.equal(out, expected)
+
+
+def test_gluon_atomics_across_programs():
+    programs, block = 5, 32
+    values = torch.randint(1, 1 << 20, (programs, block), dtype=torch.int32)
+    counter = torch.tensor([0, 0, 1 << 30, -1, 0, 0], dtype=torch.int32)
+    slots = torch.full((programs,), -1, dtype=torch.int32)
+    lock = torch.zeros(1, dtype=torch.int32)
+    seen = torch.full((programs,), -1, dtype=torch.int32)
+    k.atomics[(programs,)](counter, slots, lock, seen, values, BLOCK=block)
+    flat = values.flatten().tolist()
+    and_all, or_all, xor_all = -1, 0, 0
+    for value in flat:
+        and_all, or_all, xor_all = and_all & value, or_all | value, xor_all ^ value
+    assert counter.tolist() == [programs * block, max(flat), min(flat), and_all, or_all, xor_all]
+    assert slots.tolist() == [pid + 10 for pid in range(programs)]
+    winners = [pid for pid, old in enumerate(seen.tolist()) if old == 0]
+    assert len(winners) == 1
+    assert lock.item() == winners[0] + 100
+    assert all(old == lock.item() for pid, old in enumerate(seen.tolist()) if pid != winners[0])
+
+
+# ---------------------------------------------------------------- constexpr spellings
+
+
+@pytest.mark.parametrize("kernel", [k.triton_spellings, k.gluon_spellings], ids=["triton", "gluon"])
+def test_every_constexpr_spelling_counts(kernel):
+    sizes = (2, 4, 8, 16, 32)
+    out = torch.zeros(sum(sizes), dtype=torch.int32)
+    kernel[(1,)](out, *sizes)
+    expected = torch.cat([torch.full((size,), code) for code, size in enumerate(sizes, start=1)])
+    assert torch.equal(out, expected.to(torch.int32))
+
+
+# ---------------------------------------------------------------- aggregates
+
+
+def toy_heaps(world_size, size):
+    """Per-rank heaps and a context tensor [rank, world, heap_base_0, ...] for rank 0."""
+    heaps = [torch.randn(size, dtype=torch.float32) for _ in range(world_size)]
+    bases = [heap.data_ptr() for heap in heaps]
+    context = torch.tensor([0, world_size, *bases], dtype=torch.int64)
+    return heaps, context
+
+
+def test_triton_aggregate_passed_as_constexpr_class():
+    heaps, context = toy_heaps(world_size=3, size=64)
+    out = torch.zeros(64)
+    k.triton_read_peer[(1,)](k.TritonRankContext, context, heaps[0], out, 0.5, 50,
+                             rank=0, world_size=3, peer=2, BLOCK=64)
+    torch.testing.assert_close(out[:50], heaps[2][:50] * 0.5 + 3)
+    assert torch.all(out[50:] == 0)
+
+
+def test_gluon_aggregate_passed_as_constexpr_class():
+    heaps, context = toy_heaps(world_size=2, size=32)
+    # the last word of every toy heap is an int32 counter, at the same offset in each heap
+    counters = [heap[-1:].view(torch.int32) for heap in heaps]
+    for counter in counters:
+        counter.zero_()
+    out = torch.zeros(16)
+    k.gluon_read_and_count[(3,)](k.GluonRankContext, context, heaps[0], out, counters[0], peer=1, BLOCK=16)
+    torch.testing.assert_close(out, heaps[1][:16] + 2)
+    assert counters[1].item() == 3 * 16
+    assert counters[0].item() == 0
+
+
+# ---------------------------------------------------------------- source registered in linecache
+
+
+def test_kernels_from_exec_of_linecache_registered_source():
+    source = textwrap.dedent(
+        """
+        import triton
+        import triton.language as tl
+        from triton.experimental import gluon
+        from triton.experimental.gluon import language as gl
+
+        @triton.jit
+        def triton_cell_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            three = 3  # rewritten to a tensor only if the interpreter found this source
+            tl.store(y_ptr + offs, tl.load(x_ptr + offs) * three.to(tl.float32))
+
+        @gluon.jit
+        def gluon_cell_kernel(x_ptr, y_ptr, BLOCK: gl.constexpr):
+            offs = gl.arange(0, BLOCK, layout=gl.BlockedLayout([1], [32], [4], [0]))
+            four = 4
+            gl.store(y_ptr + offs, gl.load(x_ptr + offs) + four.to(gl.float32))
+        """
+    )
+    namespace = register_and_exec(source, "<iris-cell-test_interpret-1>")
+    x = torch.randn(64)
+    y = torch.zeros(64)
+    namespace["triton_cell_kernel"][(1,)](x, y, BLOCK=64)
+    torch.testing.assert_close(y, x * 3)
+    namespace["gluon_cell_kernel"][(1,)](x, y, BLOCK=64)
+    torch.testing.assert_close(y, x + 4)
+
+
+def register_and_exec(source, filename):
+    """What the workbench does with a cell: register its source in linecache, then exec it."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace = {"__name__": filename.strip("<>")}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+def test_gluon_helper_from_a_module_that_imports_only_gl():
+    helpers = register_and_exec(
+        textwrap.dedent(
+            """
+            from triton.experimental import gluon
+            from triton.experimental.gluon import language as gl
+
+            @gluon.jit
+            def plus_one(x):
+                return x + 1
+            """
+        ),
+        "<iris-cell-only-gl>",
+    )
+    x = torch.arange(32, dtype=torch.float32)
+    y = torch.zeros(32)
+    k.apply_helper[(1,)](x, y, helpers["plus_one"], BLOCK=32)
+    torch.testing.assert_close(y, x + 1)
+
+
+# ---------------------------------------------------------------- not emulated
+
+
+@pytest.mark.parametrize(
+    "kernel, feature",
+    [
+        (k.uses_shared_memory, "gl.allocate_shared_memory"),
+        (k.uses_warp_specialize, "gl.warp_specialize"),
+        (k.uses_hopper_fence, "nvidia.hopper.fence_async_shared"),
+    ],
+)
+def test_gpu_only_gluon_features_raise_unsupported(kernel, feature):
+    import triton.experimental.gluon.language as gl
+    import triton.experimental.gluon.language._core as gl_core
+
+    x = torch.zeros(32)
+    with pytest.raises(UnsupportedOnInterpreter, match="Run this kernel on a GPU") as info:
+        kernel[(1,)](x, 32) if kernel is k.uses_shared_memory else kernel[(1,)](x)
+    assert feature in str(info.value)
+    assert gl.arange is gl_core.arange  # the launch's patches were undone
+
+
+# ---------------------------------------------------------------- kernels decorated before activate()
+
+STALE_KERNEL_SCRIPT = """
+import os, sys
+assert "TRITON_INTERPRET" not in os.environ
+import torch, triton, triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+@triton.jit
+def stale_triton(x_ptr):
+    tl.store(x_ptr, 1.0)
+
+@gluon.jit
+def stale_gluon(x_ptr):
+    gl.store(x_ptr, 1.0)
+
+import iris.interpret
+iris.interpret.activate()
+
+for kernel in (stale_triton, stale_gluon):
+    try:
+        kernel[(1,)](torch.zeros(1))
+    except RuntimeError as error:
+        print("MESSAGE:", error)
+
+# triton was imported before activate(): tl.sum and gl.sum are compiled-path helpers; they still run.
+@triton.jit
+def fresh_triton(x_ptr, out_ptr, N: tl.constexpr):
+    tl.store(out_ptr, tl.sum(tl.load(x_ptr + tl.arange(0, N)), axis=0))
+
+@gluon.jit
+def fresh_gluon(x_ptr, out_ptr, N: gl.constexpr):
+    gl.store(out_ptr, gl.sum(gl.load(x_ptr + gl.arange(0, N)), axis=0))
+
+x = torch.arange(8, dtype=torch.float32)
+for kernel in (fresh_triton, fresh_gluon):
+    out = torch.zeros(1)
+    kernel[(1,)](x, out, N=8)
+    print("SUM:", out.item())
+"""
+
+
+def test_stale_kernel_guard_names_the_kernel_and_the_cure(tmp_path):
+    script = tmp_path / "stale_kernels.py"
+    script.write_text(STALE_KERNEL_SCRIPT)
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    result = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    messages = [line for line in result.stdout.splitlines() if line.startswith("MESSAGE:")]
+    assert len(messages) == 2, result.stdout
+    script_lines = STALE_KERNEL_SCRIPT.splitlines()
+    for message, name, decorator in zip(
+        messages, ("stale_triton", "stale_gluon"), ("@triton.jit", "@gluon.jit"), strict=True
+    ):
+        line = script_lines.index(decorator) + 1  # the first use of each decorator is the stale kernel
+        assert f"'{name}'" in message
+        assert f"{script}:{line}" in message
+        assert decorator in message
+        assert "TRITON_INTERPRET=1" in message and "import iris" in message and "re-run" in message
+    assert [line for line in result.stdout.splitlines() if line.startswith("SUM:")] == ["SUM: 28.0"] * 2
