@@ -13,8 +13,15 @@ import torch
 import iris
 
 
+BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")  # tests/gpu runs these same cases with "cuda"
+
+
 def _ctx(heap="4MiB"):
-    return iris.iris(heap, backend="cpu")
+    return iris.iris(heap, backend=BACKEND)
+
+
+def _cpu(t):
+    return t.detach().cpu()
 
 
 def creation_family():
@@ -28,7 +35,7 @@ def creation_family():
         "full_f": ctx.full(3, 2.5, dtype=torch.bfloat16),
         "empty": ctx.empty(8, dtype=torch.int64),
         "rand": ctx.rand(4, 4),
-        "randn": ctx.randn(16, generator=torch.Generator().manual_seed(0)),
+        "randn": ctx.randn(16, generator=torch.Generator(device=ctx.device).manual_seed(0)),
         "randint": ctx.randint(3, 9, (50,)),
         "arange": ctx.arange(2, 11, 3),
         "arange1": ctx.arange(5),
@@ -43,18 +50,20 @@ def creation_family():
     for name, t in made.items():
         assert ctx.is_symmetric(t), name
         assert t.is_contiguous(), name
-    assert torch.equal(made["zeros"], torch.zeros(3, 4))
-    assert made["zeros_tuple"].dtype == torch.int32 and made["zeros_tuple"].shape == (3, 4)
-    assert torch.equal(made["ones"], torch.ones(5, dtype=torch.float16))
-    assert made["full"].dtype == torch.int64 and bool((made["full"] == 7).all())
-    assert made["full_f"].dtype == torch.bfloat16 and bool((made["full_f"] == 2.5).all())
-    assert bool(((made["rand"] >= 0) & (made["rand"] < 1)).all())
-    assert torch.equal(made["randn"], torch.randn(16, generator=torch.Generator().manual_seed(0)))
-    assert bool(((made["randint"] >= 3) & (made["randint"] < 9)).all()) and made["randint"].dtype == torch.int64
-    assert made["arange"].tolist() == [2, 5, 8] and made["arange1"].tolist() == [0, 1, 2, 3, 4]
-    assert torch.allclose(made["linspace"], torch.linspace(0, 1, 5))
-    assert made["ones_like"].dtype == torch.int8 and bool((made["ones_like"] == 1).all())
-    assert bool((made["full_like"] == 3).all()) and made["full_like"].dtype == torch.float32
+    host = {k: _cpu(v) for k, v in made.items()}
+    assert torch.equal(host["zeros"], torch.zeros(3, 4))
+    assert host["zeros_tuple"].dtype == torch.int32 and host["zeros_tuple"].shape == (3, 4)
+    assert torch.equal(host["ones"], torch.ones(5, dtype=torch.float16))
+    assert host["full"].dtype == torch.int64 and bool((host["full"] == 7).all())
+    assert host["full_f"].dtype == torch.bfloat16 and bool((host["full_f"] == 2.5).all())
+    assert bool(((host["rand"] >= 0) & (host["rand"] < 1)).all())
+    if BACKEND == "cpu":  # a CUDA generator draws other numbers
+        assert torch.equal(host["randn"], torch.randn(16, generator=torch.Generator().manual_seed(0)))
+    assert bool(((host["randint"] >= 3) & (host["randint"] < 9)).all()) and host["randint"].dtype == torch.int64
+    assert host["arange"].tolist() == [2, 5, 8] and host["arange1"].tolist() == [0, 1, 2, 3, 4]
+    assert torch.allclose(host["linspace"], torch.linspace(0, 1, 5))
+    assert host["ones_like"].dtype == torch.int8 and bool((host["ones_like"] == 1).all())
+    assert bool((host["full_like"] == 3).all()) and host["full_like"].dtype == torch.float32
     assert ctx.zeros(2, requires_grad=True).requires_grad
     assert not ctx.is_symmetric(torch.zeros(3))
     # host API getters and the device context layout
@@ -63,10 +72,14 @@ def creation_family():
     dc = ctx.get_device_context()
     assert dc.dtype == torch.int64 and dc.shape == (2 + n + 17,)
     assert dc[:2].tolist() == [r, n] and dc[2:2 + n].tolist() == bases.tolist() and dc[2 + n:].eq(0).all()
-    assert ctx.get_device() == torch.device("cpu") and ctx.get_device_id() is None
+    if BACKEND == "cpu":
+        assert ctx.get_device() == torch.device("cpu") and ctx.get_device_id() is None
+    else:
+        assert ctx.get_device() == torch.device("cuda", r % torch.cuda.device_count()) == base.device
+        assert ctx.get_device_id() == r % torch.cuda.device_count()
     assert ctx.cur_rank == r and ctx.num_ranks == n and ctx.get_cu_count() >= 1
     assert bases[r].item() <= base.data_ptr() < bases[r].item() + ctx.heap_size
-    for bad in (dict(device="cuda"), dict(layout=torch.sparse_coo)):
+    for bad in (dict(device="cuda" if BACKEND == "cpu" else "cpu"), dict(layout=torch.sparse_coo)):
         with pytest.raises((RuntimeError, ValueError), match="device mismatch|strided"):
             ctx.zeros(2, **bad)
     return {
@@ -87,26 +100,26 @@ def as_remote_host():
     assert remote.data_ptr() - ctx.heap.bases[right] == buf.data_ptr() - ctx.heap.bases[r]
     remote.fill_(100 + r)  # write into the right neighbour's copy
     ctx.barrier()
-    assert bool((buf == 100 + left).all()), buf
+    assert bool((_cpu(buf) == 100 + left).all()), buf
     # non-contiguous views keep shape, strides and storage offset, and reads/writes land in the owner's copy
     view = buf.t()[2:, ::3]
     remote_view = ctx.as_remote(view, right)
     assert remote_view.shape == view.shape and remote_view.stride() == view.stride()
     assert remote_view.storage_offset() == view.storage_offset()
     ctx.barrier()
-    remote_view.copy_(torch.full(view.shape, float(r)))
+    remote_view.copy_(torch.full(view.shape, float(r)))  # host-to-peer copy
     ctx.barrier()
     expected = torch.full((6, 8), 100.0 + left)
     expected.t()[2:, ::3] = float(left)
-    assert torch.equal(buf, expected), buf
+    assert torch.equal(_cpu(buf), expected), buf
     # a reinterpreted view (other dtype) maps too
     as_int = buf.view(torch.int32)[1]
-    assert torch.equal(ctx.as_remote(as_int, left), ctx.as_remote(buf, left).view(torch.int32)[1])
+    assert torch.equal(_cpu(ctx.as_remote(as_int, left)), _cpu(ctx.as_remote(buf, left).view(torch.int32)[1]))
     # reading through as_remote sees the peer's values (the right neighbour's copy is what this rank wrote)
     ctx.barrier()
     written = torch.full((6, 8), 100.0 + r)
     written.t()[2:, ::3] = float(r)
-    assert torch.equal(ctx.as_remote(buf, right), written)
+    assert torch.equal(_cpu(ctx.as_remote(buf, right)), written)
     # own rank is a plain alias
     assert ctx.as_remote(buf, r).data_ptr() == buf.data_ptr()
     errors = []
@@ -163,7 +176,7 @@ def divergence_and_oom():
         ctx.empty(2 << 20, dtype=torch.uint8)
     oom = str(info.value)
     after = ctx.ones(1000)  # the heap is still usable
-    assert ctx.is_symmetric(after) and bool((after == 1).all()) and bool((before == 0).all())
+    assert ctx.is_symmetric(after) and bool((_cpu(after) == 1).all()) and bool((_cpu(before) == 0).all())
     big = ctx.zeros(200 * 1024)  # most of the heap still fits
     del big
     return {"divergence": divergence, "oom": oom}
@@ -176,7 +189,7 @@ def broadcast_values():
         "int": ctx.broadcast(42 if r == 0 else None),
         "float": ctx.broadcast(2.5 if r == 1 else None, src=1),
         "obj": ctx.broadcast({"a": [1, 2], "r": r}, source_rank=1),
-        "tensor": (lambda v: [type(v).__name__, v.tolist()])(ctx.broadcast(torch.arange(4) * (r + 1))),
+        "tensor": (lambda v: [type(v).__name__, v.tolist()])(ctx.broadcast(torch.arange(4, device=ctx.device) * (r + 1))),
         "bf16": ctx.broadcast(torch.ones(2, dtype=torch.bfloat16)).tolist(),
         "array": ctx.broadcast(np.array([r, r]), src=1).tolist(),
         "string": ctx.broadcast("hello" if r == 0 else ""),

@@ -93,7 +93,10 @@ class CudaHeapMemory:
         """
         if rank == self.rank:
             owner = _DeviceBuffer(self.bases[rank] + offset, nbytes, self)
-            return torch.as_tensor(owner, device=self.device), owner
+            tensor = torch.as_tensor(owner, device=self.device)
+            if tensor.data_ptr() != self.bases[rank] + offset:  # torch copied instead of wrapping
+                raise RuntimeError(f"rank {self.rank}: torch {torch.__version__} did not wrap heap memory in place")
+            return tensor, owner
         # torch tags a wrapped pointer with the device that owns the memory; a peer mapping must be
         # used from *this* device, so build the storage with this device named explicitly.
         storage = torch._C._construct_storage_from_data_pointer(self.bases[rank] + offset, self.device, nbytes)

@@ -1,0 +1,48 @@
+"""The heap and host API on the CUDA backend: the CPU suite's multi-rank cases, run with IRIS_TEST_BACKEND=cuda.
+
+Run on a GPU machine by tests/gpu/run_gpu_checks.sh; ranks share GPUs when there are more ranks than GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from tests.multirank import run_ranks
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+CASES = "tests.rank_cases_heap"
+WORLD = int(os.environ.get("IRIS_GPU_WORLD", "0")) or max(2, torch.cuda.device_count())
+CUDA = {"IRIS_TEST_BACKEND": "cuda", "IRIS_BACKEND": "cuda"}
+
+
+def test_creation_family_and_offsets_agree():
+    results = run_ranks(WORLD, f"{CASES}:creation_family", env=CUDA)
+    assert all(r["offsets"] == results[0]["offsets"] for r in results)
+
+
+def test_as_remote_host_reads_and_writes_on_gpu():
+    run_ranks(WORLD, f"{CASES}:as_remote_host", env=CUDA)
+
+
+def test_free_and_reuse():
+    results = run_ranks(WORLD, f"{CASES}:free_and_reuse", env=CUDA)
+    assert len(set(results[0]["offsets"])) <= 2
+
+
+def test_divergence_and_oom():
+    for r in run_ranks(2, f"{CASES}:divergence_and_oom", env=CUDA):
+        assert "diverged" in r["divergence"] and "out of memory" in r["oom"]
+
+
+def test_broadcast():
+    for r in run_ranks(WORLD, f"{CASES}:broadcast_values", env=CUDA):
+        assert r["tensor"] == ["ndarray", [0, 1, 2, 3]] and r["obj"]["r"] == 1
+
+
+def test_kernel_reads_peer_heap_through_translation():
+    results = run_ranks(WORLD, "tests.gpu.rank_cases_cuda:kernel_ring_exchange", env=CUDA)
+    assert all(r["ok"] for r in results), results
