@@ -236,3 +236,9 @@ def world_of_one():
     ctx = _ctx("1MiB")
     t = ctx.arange(4)
     return [ctx.num_ranks, ctx.cur_rank, t.tolist(), ctx.as_remote(t, 0).tolist()]
+
+
+def heap_larger_than_dev_shm():
+    with pytest.raises(MemoryError, match="smaller heap_size") as info:
+        iris.iris("100TiB", backend="cpu")
+    return str(info.value)

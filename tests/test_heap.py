@@ -163,3 +163,8 @@ def test_demo_under_torchrun():
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all 4 ranks agree" in out.stdout, out.stdout
+
+
+def test_heap_larger_than_dev_shm_is_refused_up_front():
+    message = run_ranks(1, f"{CASES}:heap_larger_than_dev_shm")[0]
+    assert message.startswith("rank 0: the heaps need")

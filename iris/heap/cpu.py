@@ -62,6 +62,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _check_room(nbytes: int, rank: int) -> None:
+    # Heap files are sparse: creating them always succeeds, but touching a page that /dev/shm has no
+    # room for kills the process with SIGBUS. Refuse up front instead (a container's /dev/shm is often 64 MiB).
+    stats = os.statvfs(SHM_DIR)
+    room = stats.f_bavail * stats.f_frsize
+    if nbytes > room:
+        raise MemoryError(
+            f"rank {rank}: the heaps need {nbytes} bytes of /dev/shm but it has {room} free: ask for a smaller "
+            "heap_size, or give the machine (container) a larger /dev/shm"
+        )
+
+
 def _address_of(mapping: mmap.mmap) -> int:
     probe = ctypes.c_uint8.from_buffer(mapping)
     address = ctypes.addressof(probe)
@@ -86,6 +98,7 @@ class ShmHeapMemory:
         self.size = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
         self.rank = group.rank
         remove_stale_heap_files()
+        _check_room(self.size * group.world_size, group.rank)
         session = group.broadcast_object(secrets.token_hex(4) if group.rank == 0 else None)
         own_path = os.path.join(SHM_DIR, heap_file_name(session, group.rank))
         self._mappings: list[mmap.mmap] = []
