@@ -26,11 +26,12 @@ import torch
 
 from . import log as _log
 from .backend import choose_backend
+from .device import HEAP_SIZE_SLOT, enable_debug_checks
 from .distributed import HostGroup
 from .heap import SymmetricHeap, Usage
 from .sizes import parse_size
 
-TRACING_SLOTS = 17  # upstream Iris's device-context tail (tracing disabled: all zero)
+TRACING_SLOTS = 17  # upstream Iris's device-context tail (no tracing: zero but for the heap size)
 
 
 def _shape(size) -> tuple[int, ...]:
@@ -68,11 +69,18 @@ class Iris:
         self.heap_size = self.heap.size
         self.device = self.heap.device
         self.gpu_id = self.device.index if self.device.type == "cuda" else None
-        self.heap_bases = torch.tensor(self.heap.bases, dtype=torch.int64, device=self.device)
+        # Debug checks in kernels need the heap size; it rides where upstream-visible layouts leave room
+        # (see iris.device): just before heap_bases[0], and in the last tracing slot of the device context.
+        sized_bases = torch.tensor([self.heap_size, *self.heap.bases], dtype=torch.int64, device=self.device)
+        self.heap_bases = sized_bases[1:]
+        tracing_slots = [0] * TRACING_SLOTS
+        tracing_slots[HEAP_SIZE_SLOT] = self.heap_size
         self._device_context = torch.tensor(
-            [self.cur_rank, self.num_ranks, *self.heap.bases] + [0] * TRACING_SLOTS,
+            [self.cur_rank, self.num_ranks, *self.heap.bases] + tracing_slots,
             dtype=torch.int64, device=self.device,
         )
+        if self.debug_mode:
+            enable_debug_checks(self.cur_rank)
         self.group.barrier()
         self.debug(f"heap of {self.heap_size} bytes on {self.device} ({self.backend} backend), bases {self.heap.bases}")
 

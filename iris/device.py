@@ -1,0 +1,512 @@
+"""The Triton device API: remote loads, stores, copies and atomics on other ranks' symmetric heaps.
+
+Two spellings of the same operations, both compatible with upstream Iris:
+
+* the functional API (``iris.load``, ``iris.store``, ``iris.get``, ``iris.put``, ``iris.copy``,
+  ``iris.atomic_*``), with upstream's positional signatures, taking ``heap_bases`` from
+  ``ctx.get_heap_bases()``;
+* :class:`DeviceContext`, a Triton ``@aggregate`` built from ``ctx.get_device_context()``, whose
+  methods take only the peer rank, plus :meth:`DeviceContext.as_remote` to translate once and then use
+  plain ``tl.load``/``tl.store`` (hoisting translation out of loops).
+
+Pointers are always addresses in the *calling* rank's heap. Every operation goes through
+:func:`translate`, the one place that maps them to another rank's heap; ``iris.gluon`` uses it too.
+
+Debug mode (``IRIS_DEBUG=1`` or ``iris.iris(..., debug=True)``) makes :func:`translate` check that
+each translated pointer lies in the heap it is translated from: a bad pointer is then an error naming
+the kernel and rank instead of a segfault or silent corruption. See :func:`enable_debug_checks`.
+
+Examples
+--------
+>>> @triton.jit
+... def ring_put(buf, heap_bases, rank, world, BLOCK: tl.constexpr):
+...     offs = tl.arange(0, BLOCK)
+...     iris.put(buf + offs, buf + offs, rank, (rank + 1) % world, heap_bases)
+>>> ring_put[(1,)](buf, ctx.get_heap_bases(), ctx.cur_rank, ctx.num_ranks, BLOCK=64)   # doctest: +SKIP
+"""
+
+import dataclasses
+import functools
+
+import triton
+import triton.language as tl
+from triton.language.core import _aggregate as aggregate
+
+# The device context is upstream's ``[cur_rank, num_ranks, base_0 .. base_{n-1}, 17 tracing slots]``.
+# iris-workbench has no device tracing, so the slots stay zero except the last (the payload-size
+# buffer of upstream's tracer, read only by kernels that enable tracing), which holds the heap size
+# for debug checks. Relative to ``heap_bases = context + 2`` it sits at ``num_ranks + HEAP_SIZE_SLOT``.
+HEAP_SIZE_SLOT = 16
+_HEAP_SIZE_SLOT = tl.constexpr(HEAP_SIZE_SLOT)
+
+# ``get_heap_bases()`` is a view starting one entry into ``[heap_size, base_0 .. base_{n-1}]``, so
+# the functional API finds the heap size at ``heap_bases[-1]`` without changing upstream's layout.
+_SIZE_BEFORE_BASES = tl.constexpr(-1)
+
+OUT_OF_HEAP = "iris debug: pointer outside the symmetric heap it is translated from"
+_OUT_OF_HEAP = tl.constexpr(OUT_OF_HEAP)  # jit code reads only constexpr globals
+_WRONG_RANK = tl.constexpr(
+    "iris debug: DeviceContext.initialize got a rank or world_size other than the context tensor's; "
+    "launch with rank=ctx.get_rank(), world_size=ctx.get_num_ranks()")
+
+
+@triton.jit
+def translate(ptr, from_rank, to_rank, heap_bases, hint: tl.constexpr = None, mask=None,
+              heap_size_index=_SIZE_BEFORE_BASES):
+    """Map pointers into ``from_rank``'s heap to the same offsets in ``to_rank``'s heap.
+
+    ``heap_bases[r]`` is where this process sees rank r's heap, so the address is
+    ``heap_bases[to_rank] + (ptr - heap_bases[from_rank])``. The integer round trip loses what the
+    compiler knew about alignment and contiguity; ``hint`` restores it.
+
+    Parameters
+    ----------
+    ptr : pointer or block of pointers
+        Addresses in ``from_rank``'s heap.
+    from_rank, to_rank : int or scalar tensor
+        Ranks whose heaps the pointer is translated from and to.
+    heap_bases : pointer to int64
+        ``ctx.get_heap_bases()`` (or ``context_tensor + 2`` from the device context).
+    hint : constexpr int or tuple, optional
+        Divisibility and contiguity of the translated block (e.g. 16, or ``(1, BLOCK_N)`` in 2-D),
+        applied with ``tl.multiple_of`` then ``tl.max_contiguous``.
+    mask : block of bool, optional
+        Lanes to check in debug mode (masked-off lanes may point anywhere).
+    heap_size_index : int
+        Where ``heap_bases[heap_size_index]`` holds the heap size, read only in debug mode.
+
+    Returns
+    -------
+    pointer or block of pointers
+        Same shape and element type as ``ptr``.
+
+    Examples
+    --------
+    >>> peer_ptrs = translate(buf + offs, rank, peer, heap_bases, hint=16)   # doctest: +SKIP
+    """
+    offset = ptr.to(tl.int64) - tl.load(heap_bases + from_rank)
+    if _debug_checks_on():
+        heap_size = tl.load(heap_bases + heap_size_index)
+        tl.device_assert((offset >= 0) & (offset < heap_size), _OUT_OF_HEAP, mask=mask)
+    remote = (tl.load(heap_bases + to_rank) + offset).to(ptr.dtype)
+    if hint is not None:
+        remote = tl.max_contiguous(tl.multiple_of(remote, hint), hint)
+    return remote
+
+
+# -- the functional API (upstream Iris's signatures) ---------------------------------------------
+
+@triton.jit
+def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_modifier=None, volatile=False,
+         hint: tl.constexpr = None):
+    """Load ``from_rank``'s copy of ``pointer``; ``to_rank`` is the calling rank (upstream's names).
+
+    Examples
+    --------
+    >>> x = iris.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n)   # doctest: +SKIP
+    """
+    remote = translate(pointer, to_rank, from_rank, heap_bases, hint, mask)
+    return tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+
+
+@triton.jit
+def store(pointer, value, from_rank, to_rank, heap_bases, mask=None, hint: tl.constexpr = None,
+          cache_modifier=None):
+    """Store ``value`` into ``to_rank``'s copy of ``pointer``; ``from_rank`` is the calling rank.
+
+    ``hint`` comes before ``cache_modifier`` here, as in upstream's ``store``.
+
+    Examples
+    --------
+    >>> iris.store(buf + offs, x, cur_rank, peer, heap_bases, mask=offs < n)   # doctest: +SKIP
+    """
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
+    tl.store(remote, value, mask=mask, cache_modifier=cache_modifier)
+
+
+@triton.jit
+def get(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None, load_cache_modifier=None,
+        store_cache_modifier=None, hint: tl.constexpr = None):
+    """Copy ``to_rank``'s copy of ``from_ptr`` into the calling rank's ``to_ptr``.
+
+    The rank names follow upstream and describe the *translation* (from the calling rank's address
+    space to the peer's), not the data flow: ``from_rank`` is the calling rank and ``to_rank`` the
+    rank that is read. Positionally: ``get(remote_src, local_dst, cur_rank, remote_rank, heap_bases)``.
+
+    Examples
+    --------
+    >>> iris.get(buf + offs, local + offs, cur_rank, peer, heap_bases)   # local <- peer's buf
+    """
+    remote = translate(from_ptr, from_rank, to_rank, heap_bases, hint, mask)
+    value = tl.load(remote, mask=mask, other=other, cache_modifier=load_cache_modifier)
+    tl.store(to_ptr, value, mask=mask, cache_modifier=store_cache_modifier)
+
+
+@triton.jit
+def put(from_ptr, to_ptr, from_rank, to_rank, heap_bases, mask=None, other=None, load_cache_modifier=None,
+        store_cache_modifier=None, hint: tl.constexpr = None):
+    """Copy the calling rank's ``from_ptr`` into ``to_rank``'s copy of ``to_ptr`` (``from_rank``: the caller).
+
+    Examples
+    --------
+    >>> iris.put(local + offs, buf + offs, cur_rank, peer, heap_bases)   # peer's buf <- local
+    """
+    value = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_cache_modifier)
+    remote = translate(to_ptr, from_rank, to_rank, heap_bases, hint, mask)
+    tl.store(remote, value, mask=mask, cache_modifier=store_cache_modifier)
+
+
+@triton.jit
+def copy(src_ptr, dst_ptr, from_rank, to_rank, cur_rank, heap_bases, mask=None, other=None,
+         load_cache_modifier=None, store_cache_modifier=None, hint: tl.constexpr = None):
+    """Copy ``from_rank``'s copy of ``src_ptr`` into ``to_rank``'s copy of ``dst_ptr``.
+
+    Both pointers are addresses in the calling rank's (``cur_rank``'s) heap; either rank may be a peer.
+
+    Examples
+    --------
+    >>> iris.copy(a + offs, b + offs, left, right, cur_rank, heap_bases)   # right's b <- left's a
+    """
+    src = translate(src_ptr, cur_rank, from_rank, heap_bases, hint, mask)
+    dst = translate(dst_ptr, cur_rank, to_rank, heap_bases, hint, mask)
+    value = tl.load(src, mask=mask, other=other, cache_modifier=load_cache_modifier)
+    tl.store(dst, value, mask=mask, cache_modifier=store_cache_modifier)
+
+
+# Atomics return the old values. sem: "acquire", "release", "acq_rel" (None: acq_rel) or "relaxed";
+# scope: "gpu" (None), "cta" or "sys" (needed across GPUs). The CPU interpreter ignores scope.
+
+@triton.jit
+def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
+               hint: tl.constexpr = None):
+    """Atomically add ``val`` to ``to_rank``'s copy of ``pointer``; return the old values.
+
+    Examples
+    --------
+    >>> old = iris.atomic_add(counter, 1, cur_rank, peer, heap_bases, sem="release", scope="sys")
+    """
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
+    return tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
+               hint: tl.constexpr = None):
+    """Atomically subtract ``val`` from ``to_rank``'s copy of ``pointer``; return the old values."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
+    return tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
+                hint: tl.constexpr = None):
+    """Atomically swap ``val`` into ``to_rank``'s copy of ``pointer``; return the old values."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
+    return tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
+               hint: tl.constexpr = None):
+    """Atomic bitwise xor into ``to_rank``'s copy of ``pointer``; return the old values."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
+    return tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
+               hint: tl.constexpr = None):
+    """Atomic bitwise and into ``to_rank``'s copy of ``pointer``; return the old values."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
+    return tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
+              hint: tl.constexpr = None):
+    """Atomic bitwise or into ``to_rank``'s copy of ``pointer``; return the old values."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
+    return tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
+               hint: tl.constexpr = None):
+    """Atomic minimum into ``to_rank``'s copy of ``pointer``; return the old values."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
+    return tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
+               hint: tl.constexpr = None):
+    """Atomic maximum into ``to_rank``'s copy of ``pointer``; return the old values."""
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
+    return tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem=None, scope=None,
+               hint: tl.constexpr = None):
+    """Atomically set ``to_rank``'s copy of ``pointer`` to ``val`` where it equals ``cmp``; return old values.
+
+    No mask, as upstream (and ``tl.atomic_cas``).
+
+    Examples
+    --------
+    >>> while iris.atomic_cas(lock, 0, 1, cur_rank, 0, heap_bases, sem="acquire") != 0:   # doctest: +SKIP
+    ...     pass
+    """
+    remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
+    return tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
+
+
+# -- DeviceContext -------------------------------------------------------------------------------
+
+@aggregate
+class DeviceContext:
+    """The calling rank, the world size and the heap bases, decoded from ``ctx.get_device_context()``.
+
+    Build it with :meth:`initialize` inside a kernel; ``rank`` and ``world_size`` are constexprs (as
+    upstream), so kernels are specialised per rank. Every method takes only the peer rank.
+
+    Examples
+    --------
+    >>> @triton.jit
+    ... def ring_put(context, buf, rank: tl.constexpr, world: tl.constexpr, BLOCK: tl.constexpr):
+    ...     ctx = iris.DeviceContext.initialize(context, rank, world)
+    ...     offs = tl.arange(0, BLOCK)
+    ...     ctx.put(buf + offs, buf + offs, (rank + 1) % world)
+    >>> ring_put[(1,)](ctx.get_device_context(), buf, ctx.cur_rank, ctx.num_ranks, BLOCK=64)  # doctest: +SKIP
+    """
+
+    rank: tl.constexpr
+    world_size: tl.constexpr
+    heap_bases: tl.tensor
+
+    # A constexpr_function because Triton hashes an aggregate's __init__ into kernels' cache keys and
+    # accepts only jit-callables there; it receives plain values, hence the constexpr wrapping.
+    @triton.constexpr_function
+    def __init__(self, rank, world_size, heap_bases):
+        self.rank = tl.constexpr(rank)
+        self.world_size = tl.constexpr(world_size)
+        self.heap_bases = heap_bases
+
+    @staticmethod
+    @triton.jit
+    def initialize(context_tensor, rank: tl.constexpr, world_size: tl.constexpr):
+        """Decode ``context_tensor``; ``rank``/``world_size`` must be this rank's (checked in debug mode)."""
+        if _debug_checks_on():
+            tl.device_assert((tl.load(context_tensor) == rank) & (tl.load(context_tensor + 1) == world_size),
+                             _WRONG_RANK)
+        return DeviceContext(rank, world_size, context_tensor + 2)
+
+    @triton.jit
+    def as_remote(self, ptr, rank, mask=None, hint: tl.constexpr = None):
+        """``rank``'s address of ``ptr`` (pointers into this rank's heap), for plain ``tl.load``/``tl.store``.
+
+        Examples
+        --------
+        >>> peer_buf = ctx.as_remote(buf + offs, peer)      # translate once, outside the loop
+        >>> for i in range(steps):
+        ...     acc += tl.load(peer_buf + i * stride)
+        """
+        return translate(ptr, self.rank, rank, self.heap_bases, hint, mask, self.world_size + _HEAP_SIZE_SLOT)
+
+    @triton.jit
+    def load(self, pointer, from_rank, mask=None, other=None, cache_modifier=None, volatile=False,
+             hint: tl.constexpr = None):
+        """Load ``from_rank``'s copy of ``pointer``."""
+        remote = self.as_remote(pointer, from_rank, mask, hint)
+        return tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+
+    @triton.jit
+    def store(self, pointer, value, to_rank, mask=None, cache_modifier=None, hint: tl.constexpr = None):
+        """Store ``value`` into ``to_rank``'s copy of ``pointer``."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        tl.store(remote, value, mask=mask, cache_modifier=cache_modifier)
+
+    @triton.jit
+    def get(self, from_ptr, to_ptr, from_rank, mask=None, other=None, load_cache_modifier=None,
+            store_cache_modifier=None, hint: tl.constexpr = None):
+        """Copy ``from_rank``'s copy of ``from_ptr`` into this rank's ``to_ptr``."""
+        value = tl.load(self.as_remote(from_ptr, from_rank, mask, hint), mask=mask, other=other,
+                        cache_modifier=load_cache_modifier)
+        tl.store(to_ptr, value, mask=mask, cache_modifier=store_cache_modifier)
+
+    @triton.jit
+    def put(self, from_ptr, to_ptr, to_rank, mask=None, other=None, load_cache_modifier=None,
+            store_cache_modifier=None, hint: tl.constexpr = None):
+        """Copy this rank's ``from_ptr`` into ``to_rank``'s copy of ``to_ptr``."""
+        value = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_cache_modifier)
+        remote = self.as_remote(to_ptr, to_rank, mask, hint)
+        tl.store(remote, value, mask=mask, cache_modifier=store_cache_modifier)
+
+    @triton.jit
+    def copy(self, src_ptr, dst_ptr, from_rank, to_rank, mask=None, other=None, load_cache_modifier=None,
+             store_cache_modifier=None, hint: tl.constexpr = None):
+        """Copy ``from_rank``'s copy of ``src_ptr`` into ``to_rank``'s copy of ``dst_ptr``."""
+        value = tl.load(self.as_remote(src_ptr, from_rank, mask, hint), mask=mask, other=other,
+                        cache_modifier=load_cache_modifier)
+        remote = self.as_remote(dst_ptr, to_rank, mask, hint)
+        tl.store(remote, value, mask=mask, cache_modifier=store_cache_modifier)
+
+    @triton.jit
+    def atomic_add(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
+        """Atomic add into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @triton.jit
+    def atomic_sub(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
+        """Atomic subtract from ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
+
+    @triton.jit
+    def atomic_xchg(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
+        """Atomic exchange with ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @triton.jit
+    def atomic_xor(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
+        """Atomic xor into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @triton.jit
+    def atomic_and(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
+        """Atomic and into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @triton.jit
+    def atomic_or(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
+        """Atomic or into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @triton.jit
+    def atomic_min(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
+        """Atomic minimum into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @triton.jit
+    def atomic_max(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
+        """Atomic maximum into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @triton.jit
+    def atomic_cas(self, pointer, cmp, val, to_rank, sem=None, scope=None, hint: tl.constexpr = None):
+        """Atomic compare-and-swap on ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, None, hint)
+        return tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
+
+
+# -- debug mode ----------------------------------------------------------------------------------
+
+@triton.constexpr_function
+def _debug_checks_on():
+    # Read when a kernel is compiled (on the interpreter: when it runs). On the GPU the knob is also
+    # part of every kernel's compile options, hence of its cache key: switching debug mode on
+    # recompiles instead of reusing unchecked binaries. Off, the checks are not even traced.
+    return triton.knobs.runtime.debug
+
+
+class IrisDebugError(RuntimeError):
+    """A debug-mode check failed in a kernel: a pointer outside the heap, or a wrong DeviceContext rank."""
+
+
+_debug_rank = None  # the rank named in interpreter error messages; set by enable_debug_checks
+
+
+def enable_debug_checks(rank: int) -> None:
+    """Check every pointer that iris translates, in kernels compiled (or interpreted) from now on.
+
+    Turns on Triton's debug option (``triton.knobs.runtime.debug``, as ``TRITON_DEBUG=1`` would), which
+    compiles :func:`translate`'s ``tl.device_assert`` in: on a GPU a bad pointer stops the kernel with
+    CUDA's device-assert report (file, line, kernel, block, thread) quoting :data:`OUT_OF_HEAP`; on the
+    CPU interpreter it raises :class:`IrisDebugError` naming the kernel, ``rank``, the heap and the offset.
+    Triton's other debug checks (integer overflow, user ``tl.device_assert``) come on too.
+
+    Parameters
+    ----------
+    rank : int
+        This process's rank, for the error messages.
+
+    Examples
+    --------
+    >>> ctx = iris.iris("64MiB", debug=True)    # calls enable_debug_checks(ctx.cur_rank)  # doctest: +SKIP
+    """
+    global _debug_rank
+    _debug_rank = rank
+    triton.knobs.runtime.debug = True
+    if triton.knobs.runtime.interpret:
+        from triton.runtime import interpreter
+
+        # The interpreter never reads the knob: its builder carries fixed default options.
+        builder = interpreter.interpreter_builder
+        builder.options = dataclasses.replace(builder.options, debug=True)
+        launch = interpreter.GridExecutor.__call__
+        if not getattr(launch, "_iris_explains_out_of_heap", False):
+            interpreter.GridExecutor.__call__ = _explaining_out_of_heap(launch)
+
+
+def _explaining_out_of_heap(launch):
+    @functools.wraps(launch)
+    def run(self, *args, **kwargs):
+        from triton.runtime.errors import InterpreterError
+
+        try:
+            return launch(self, *args, **kwargs)
+        except InterpreterError as error:
+            failure = _iris_assertion(error)
+            if failure is None:
+                raise
+            what = _describe_bad_translation(failure) if str(failure) == OUT_OF_HEAP else str(failure)
+            raise IrisDebugError(f"iris debug: kernel `{self.fn.__name__}` on rank {_debug_rank}: "
+                                 f"{what.removeprefix('iris debug: ')}") from None
+
+    run._iris_explains_out_of_heap = True
+    return run
+
+
+def _iris_assertion(error):
+    """The debug-check AssertionError an InterpreterError was raised from (each jit call level wraps once)."""
+    while error is not None:
+        if isinstance(error, AssertionError):
+            return error if str(error).startswith("iris debug:") else None
+        error = error.__cause__
+    return None
+
+
+def _value(x):
+    """A Python/numpy value of what an interpreted kernel holds (tensor, constexpr or int)."""
+    x = getattr(x, "value", x)
+    handle = getattr(x, "handle", None)
+    return handle.data if handle is not None else x
+
+
+def _describe_bad_translation(failure: AssertionError) -> str:
+    # On the interpreter the assertion is raised while translate() runs, so its frame still holds the
+    # offending offsets and ranks.
+    tb = failure.__traceback__
+    frame = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "translate" and "offset" in tb.tb_frame.f_locals:
+            frame = tb.tb_frame.f_locals
+        tb = tb.tb_next
+    if frame is None:
+        return OUT_OF_HEAP
+    offsets, size = _value(frame["offset"]).reshape(-1), int(_value(frame["heap_size"]).reshape(-1)[0])
+    bad = (offsets < 0) | (offsets >= size)
+    if frame.get("mask") is not None:
+        bad &= _value(frame["mask"]).reshape(-1).astype(bool)
+    source, target = int(_value(frame["from_rank"])), int(_value(frame["to_rank"]))
+    return (f"translated a pointer outside rank {source}'s heap on its way to rank {target} "
+            f"(offset {int(offsets[bad][0])} not in [0, {size}); {int(bad.sum())} of {bad.size} lanes bad). "
+            "Pointers handed to iris must point into the symmetric heap: allocate the tensor with the "
+            "context (ctx.zeros, ctx.empty, ...), not with torch, and check the pointer arithmetic.")

@@ -1,0 +1,227 @@
+"""The Gluon device API: :class:`IrisDeviceCtx`, a Gluon ``@aggregate`` with remote loads, stores and atomics.
+
+Kernels take the class itself as their first, constexpr argument and the device context tensor
+second, as upstream Iris's Gluon kernels do. Rank and world size are read from the context tensor at
+run time, so one compiled kernel serves every rank. Translation is :func:`iris.device.translate`, the
+same ``@triton.jit`` routine the Triton API uses (a ``@gluon.jit`` function may call it: the Gluon
+code generator compiles callees in Gluon mode, and the routine's ``tl`` operations keep their
+operands' layouts).
+
+Layouts on the GPU (triton 3.6): ``gl.arange(0, BLOCK)`` without a layout runs on the CPU interpreter
+(which ignores layouts) but fails to compile on a GPU in the ``GluonResolveAutoEncodings`` pass with
+"'tt.make_range' op Failed to infer return type", even in kernels without iris calls. Give ranges a
+layout: ``gl.arange(0, BLOCK, layout=gl.CoalescedLayout())`` is portable across 32-wide (NVIDIA) and
+64-wide (AMD) warps; an explicit ``gl.BlockedLayout([1], [32], [num_warps], [0])`` must match the warp
+width (AMD examples' ``[64]`` is wrong on NVIDIA). Launch inside :func:`layout_hints` to get that
+advice instead of the bare compiler error.
+
+Examples
+--------
+>>> from iris.gluon import IrisDeviceCtx
+>>> @gluon.jit
+... def read_from_peer(IrisDeviceCtx: gl.constexpr, context_tensor, buf, out, peer: gl.constexpr,
+...                    BLOCK: gl.constexpr):
+...     ctx = IrisDeviceCtx.initialize(context_tensor)
+...     offs = gl.arange(0, BLOCK, layout=gl.CoalescedLayout())
+...     gl.store(out + offs, gl.load(ctx.as_remote(buf + offs, peer)))
+>>> read_from_peer[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out, 1, 64)   # doctest: +SKIP
+"""
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.language.core import _aggregate as aggregate
+
+from .device import HEAP_SIZE_SLOT, translate
+
+_HEAP_SIZE_SLOT = gl.constexpr(HEAP_SIZE_SLOT)
+
+# What triton 3.6 says about a layout-less gl.arange on a GPU.
+LAYOUT_ERROR = "'tt.make_range' op Failed to infer return type"
+LAYOUT_ADVICE = (
+    "A Gluon range has no layout: on a GPU write gl.arange(0, BLOCK, layout=gl.CoalescedLayout()) (portable) "
+    "or an explicit gl.BlockedLayout([1], [32], [num_warps], [0]) (32-wide warps on NVIDIA, 64 on AMD). "
+    "The CPU interpreter ignores layouts, which is why the kernel ran there."
+)
+
+
+@aggregate
+class IrisDeviceCtx:
+    """This rank, the world size and the heap bases, read from ``ctx.get_device_context()`` at run time.
+
+    Examples
+    --------
+    >>> @gluon.jit
+    ... def bump(IrisDeviceCtx: gl.constexpr, context_tensor, counter, peer):
+    ...     ctx = IrisDeviceCtx.initialize(context_tensor)
+    ...     ctx.atomic_add(counter, 1, peer, sem="release", scope="sys")
+    >>> bump[(1,)](IrisDeviceCtx, ctx.get_device_context(), counter, 1)   # doctest: +SKIP
+    """
+
+    cur_rank: gl.tensor
+    num_ranks: gl.tensor
+    heap_bases: gl.tensor
+
+    @gluon.constexpr_function  # see iris.device.DeviceContext.__init__
+    def __init__(self, cur_rank, num_ranks, heap_bases):
+        self.cur_rank = cur_rank
+        self.num_ranks = num_ranks
+        self.heap_bases = heap_bases
+
+    @staticmethod
+    @gluon.jit
+    def initialize(context_tensor):
+        """Decode ``[cur_rank, num_ranks, heap_base_0 ...]`` from the device context tensor."""
+        return IrisDeviceCtx(gl.load(context_tensor), gl.load(context_tensor + 1), context_tensor + 2)
+
+    @gluon.jit
+    def as_remote(self, ptr, rank, mask=None, hint: gl.constexpr = None):
+        """``rank``'s address of ``ptr`` (pointers into this rank's heap), for plain ``gl.load``/``gl.store``.
+
+        Examples
+        --------
+        >>> remote_ptr = ctx.as_remote(buf + offs, peer)       # translate once ...  # doctest: +SKIP
+        >>> gl.store(out + offs, gl.load(remote_ptr))           # ... then plain loads  # doctest: +SKIP
+        """
+        heap_size_index = self.num_ranks + _HEAP_SIZE_SLOT
+        return translate(ptr, self.cur_rank, rank, self.heap_bases, hint, mask, heap_size_index)
+
+    @gluon.jit
+    def load(self, pointer, from_rank, mask=None, other=None, cache_modifier=None, volatile=False,
+             hint: gl.constexpr = None):
+        """Load ``from_rank``'s copy of ``pointer``."""
+        remote = self.as_remote(pointer, from_rank, mask, hint)
+        return gl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+
+    @gluon.jit
+    def store(self, pointer, value, to_rank, mask=None, cache_modifier=None, hint: gl.constexpr = None):
+        """Store ``value`` into ``to_rank``'s copy of ``pointer``."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        gl.store(remote, value, mask=mask, cache_modifier=cache_modifier)
+
+    @gluon.jit
+    def get(self, from_ptr, to_ptr, from_rank, mask=None, other=None, load_cache_modifier=None,
+            store_cache_modifier=None, hint: gl.constexpr = None):
+        """Copy ``from_rank``'s copy of ``from_ptr`` into this rank's ``to_ptr``."""
+        value = gl.load(self.as_remote(from_ptr, from_rank, mask, hint), mask=mask, other=other,
+                        cache_modifier=load_cache_modifier)
+        gl.store(to_ptr, value, mask=mask, cache_modifier=store_cache_modifier)
+
+    @gluon.jit
+    def put(self, from_ptr, to_ptr, to_rank, mask=None, other=None, load_cache_modifier=None,
+            store_cache_modifier=None, hint: gl.constexpr = None):
+        """Copy this rank's ``from_ptr`` into ``to_rank``'s copy of ``to_ptr``."""
+        value = gl.load(from_ptr, mask=mask, other=other, cache_modifier=load_cache_modifier)
+        remote = self.as_remote(to_ptr, to_rank, mask, hint)
+        gl.store(remote, value, mask=mask, cache_modifier=store_cache_modifier)
+
+    @gluon.jit
+    def copy(self, src_ptr, dst_ptr, from_rank, to_rank, mask=None, other=None, load_cache_modifier=None,
+             store_cache_modifier=None, hint: gl.constexpr = None):
+        """Copy ``from_rank``'s copy of ``src_ptr`` into ``to_rank``'s copy of ``dst_ptr``."""
+        value = gl.load(self.as_remote(src_ptr, from_rank, mask, hint), mask=mask, other=other,
+                        cache_modifier=load_cache_modifier)
+        remote = self.as_remote(dst_ptr, to_rank, mask, hint)
+        gl.store(remote, value, mask=mask, cache_modifier=store_cache_modifier)
+
+    @gluon.jit
+    def atomic_add(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
+        """Atomic add into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return gl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @gluon.jit
+    def atomic_sub(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
+        """Atomic subtract from ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return gl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
+
+    @gluon.jit
+    def atomic_xchg(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
+        """Atomic exchange with ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return gl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @gluon.jit
+    def atomic_xor(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
+        """Atomic xor into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return gl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @gluon.jit
+    def atomic_and(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
+        """Atomic and into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return gl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @gluon.jit
+    def atomic_or(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
+        """Atomic or into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return gl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @gluon.jit
+    def atomic_min(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
+        """Atomic minimum into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return gl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @gluon.jit
+    def atomic_max(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
+        """Atomic maximum into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, mask, hint)
+        return gl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
+
+    @gluon.jit
+    def atomic_cas(self, pointer, cmp, val, to_rank, sem=None, scope=None, hint: gl.constexpr = None):
+        """Atomic compare-and-swap on ``to_rank``'s copy of ``pointer``; returns the old values."""
+        remote = self.as_remote(pointer, to_rank, None, hint)
+        return gl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
+
+
+@contextlib.contextmanager
+def layout_hints():
+    """Turn the GPU compile failure of a layout-less Gluon range into advice on what to write instead.
+
+    Triton reports the failing pass only as ``RuntimeError("PassManager::run failed")``; MLIR writes the
+    reason ("'tt.make_range' op Failed to infer return type") straight to file descriptor 2. So stderr
+    is captured at that level while the block runs, and written back unchanged afterwards.
+
+    Raises
+    ------
+    RuntimeError
+        :data:`LAYOUT_ADVICE`, chained to the compiler's error, when that reason was reported.
+
+    Examples
+    --------
+    >>> with layout_hints():
+    ...     read_from_peer[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out, 1, 64)   # doctest: +SKIP
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        except Exception as error:
+            failure = error
+        else:
+            failure = None
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            text = captured.read().decode(errors="replace")
+            sys.stderr.write(text)
+    if failure is None:
+        return
+    where = re.search(rf"^(\S+:\d+:\d+): error: .*{LAYOUT_ERROR}", text, re.MULTILINE)
+    if where:
+        raise RuntimeError(f"{where.group(1)}: {LAYOUT_ADVICE}") from failure
+    raise failure
