@@ -1,0 +1,62 @@
+"""workbench: a cluster of iris ranks in a Jupyter notebook, and the ``%iris`` / ``%%iris_kernel`` magics.
+
+Examples
+--------
+In a notebook::
+
+    %load_ext workbench
+    %iris start -n 4 --backend cpu --heap 64MiB
+
+    %%iris_kernel --timeout 30
+    x = ctx.full((4,), float(rank))
+    print(rank, x)
+
+From Python:
+
+>>> wb = workbench.start(n=2, backend="cpu", heap_size="16MiB")     # doctest: +SKIP
+>>> wb.pull("rank")                                                  # doctest: +SKIP
+[0, 1]
+"""
+
+from __future__ import annotations
+
+from .cluster import Workbench
+from .report import CellReport, RankError, RankResult
+
+_current: Workbench | None = None
+
+
+def start(n: int = 4, backend: str = "auto", heap_size: int | str = "64MiB", **options) -> Workbench:
+    """Start ``n`` ranks and make them the current workbench (stopping the previous one).
+
+    Parameters
+    ----------
+    n, backend, heap_size
+        See :class:`Workbench`; ``options`` are its other keyword arguments (``engines``, ``timeout``...).
+
+    Examples
+    --------
+    >>> wb = workbench.start(n=4, backend="cpu")      # doctest: +SKIP
+    """
+    global _current
+    if _current is not None and _current.running:
+        _current.stop()
+    _current = Workbench(n=n, backend=backend, heap_size=heap_size, **options).start()
+    return _current
+
+
+def current() -> Workbench:
+    """The workbench started last; a ``RuntimeError`` saying how to start one if there is none."""
+    if _current is None:
+        raise RuntimeError("no workbench yet: start one with %iris start -n N or workbench.start(n=N)")
+    return _current
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext workbench``: register the ``%iris`` and ``%%iris_kernel`` magics."""
+    from .magics import IrisMagics
+
+    ipython.register_magics(IrisMagics)
+
+
+__all__ = ["CellReport", "RankError", "RankResult", "Workbench", "current", "load_ipython_extension", "start"]

@@ -1,0 +1,372 @@
+"""A cluster of ranks: an ipyparallel controller and one engine per rank, each owning an ``Iris`` context.
+
+Rank r is engine ``Workbench.engine_ids[r]``: engines register in whatever order they start, so ranks are
+given explicitly (by the launcher's own rank for MPI/Slurm-style launchers, else by engine id) and sent
+to each engine with the torch.distributed rendezvous (``MASTER_ADDR``, ``MASTER_PORT`` on a port free
+on rank 0's host, ``RANK``, ``WORLD_SIZE``) before ``iris.iris(...)`` is called on every rank at once.
+
+Processes are only ever stopped through ipyparallel's cluster API (by pid, SIGTERM then SIGKILL), at
+:meth:`Workbench.stop`, at interpreter exit, or by an engine-side watchdog if the notebook dies.
+
+Examples
+--------
+>>> wb = Workbench(n=2, backend="cpu", heap_size="16MiB").start()          # doctest: +SKIP
+>>> wb.run("x = ctx.full((4,), float(rank))")                              # doctest: +SKIP
+>>> wb.pull("x")                                                             # doctest: +SKIP
+[tensor([0., 0., 0., 0.]), tensor([1., 1., 1., 1.])]
+>>> wb.stop()                                                               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+from iris.sizes import format_size, parse_size
+
+from . import engine, execution
+from .report import CellReport, RankError, WorkbenchError
+
+BACKENDS = ("auto", "cpu", "cuda")
+# The hub registers engines (and notices dead ones) on its heartbeat: ipyparallel's 3 s period makes a
+# 4-engine start-up wait two beats for nothing.
+HEARTBEAT_MS = 300
+# ipyparallel waits 5 s after SIGTERM before SIGKILL; a rank stuck in a kernel needs no more than this.
+STOP_SECONDS_UNTIL_KILL = 2
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+class Workbench:
+    """The ranks of one notebook: start, run cells, pull values, stop.
+
+    Parameters
+    ----------
+    n : int
+        Number of ranks (engines).
+    backend : {"auto", "cpu", "cuda"}
+        Heap backend of every rank; "auto" picks cuda when the engines see a GPU.
+    heap_size : int or str
+        Symmetric heap per rank, e.g. ``"64MiB"`` (parsed by :func:`iris.sizes.parse_size`).
+    engines : str
+        ipyparallel engine launcher: ``"local"`` (default), ``"mpi"``, ``"slurm"``... or a class path.
+    timeout : float
+        Default seconds a cell may run before its ranks are interrupted.
+    interrupt_grace : float
+        Seconds interrupted ranks get to stop before the cluster is restarted.
+    progress : bool
+        Show a progress bar while starting.
+
+    Examples
+    --------
+    >>> wb = Workbench(n=4, backend="cpu").start()      # doctest: +SKIP
+    >>> wb.run("print(rank, world_size)").ok             # doctest: +SKIP
+    True
+    """
+
+    def __init__(self, n: int = 4, backend: str = "auto", heap_size: int | str = "64MiB",
+                 engines: str = "local", timeout: float = 60.0, interrupt_grace: float = 5.0,
+                 progress: bool = True, start_timeout: float = 300.0):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"the number of ranks must be a positive int, got {n!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+        self.n, self.backend, self.engines = n, backend, engines
+        self.heap_size = parse_size(heap_size)
+        self.timeout, self.interrupt_grace, self.progress = float(timeout), float(interrupt_grace), progress
+        self.start_timeout = float(start_timeout)
+        self.engine_ids: list[int] = []
+        self.rank_info: list[dict] = []
+        self.broken: str | None = None
+        self._cluster = None
+        self.client = None
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return (f"Workbench(n={self.n}, backend={self.backend!r}, heap_size={format_size(self.heap_size)!r}, "
+                f"engines={self.engines!r}, {state})")
+
+    @property
+    def running(self) -> bool:
+        return self.client is not None
+
+    @property
+    def world_size(self) -> int:
+        return self.n
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> Workbench:
+        """Start the controller and the engines, make every engine a rank, create every rank's ``Iris``."""
+        if self.running:
+            raise RuntimeError(f"{self!r} is already running: stop() or restart() it")
+        import ipyparallel as ipp
+        from traitlets.config import Config
+
+        config = Config()
+        config.EngineLauncher.environment = _engine_environment()
+        config.LocalProcessLauncher.stop_seconds_until_kill = STOP_SECONDS_UNTIL_KILL
+        config.LocalEngineSetLauncher.delay = 0.0  # start engines at once: ranks are assigned explicitly
+        bar = _progress(self.progress, total=2 * self.n + 1)
+        try:
+            bar.set_description("controller")
+            self._cluster = ipp.Cluster(
+                n=self.n, engines=self.engines, config=config, shutdown_atexit=False, log_level=30,
+                controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}"],
+            )
+            self._cluster.start_controller_sync()
+            self._cluster.start_engines_sync(self.n)
+            self.client = self._cluster.connect_client_sync()
+            atexit.register(self._stop_at_exit)
+            bar.update()
+            engines = self._wait_for_engines(bar)
+            self._make_ranks(engines, bar)
+        except BaseException:
+            bar.close()
+            self.stop()
+            raise
+        bar.set_description(f"{self.n} ranks ready")
+        bar.close()
+        self.broken = None
+        return self
+
+    def _wait_for_engines(self, bar) -> dict[int, dict]:
+        """Engine id -> identity of every engine, sending each the imports as soon as it registers."""
+        bar.set_description("engines")
+        prepared = {}
+        deadline = time.monotonic() + self.start_timeout
+        while len(prepared) < self.n:
+            for eid in self.client.ids:
+                if eid not in prepared:
+                    prepared[eid] = self.client[eid].apply_async(engine.prepare, self.backend)
+                    bar.update()
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"only {len(prepared)} of {self.n} engines registered within {self.start_timeout:.0f} s; "
+                    f"engine logs are in {self._cluster.profile_dir}/log"
+                )
+            time.sleep(0.02)
+        bar.set_description("importing iris")
+        return execution.gather(prepared, deadline, what="importing torch/triton/iris", key_name="engine")
+
+    def _make_ranks(self, engines: dict[int, dict], bar) -> None:
+        """Assign ranks, rendezvous, and create each rank's context (collectively, all engines at once)."""
+        by_launcher = all(info["launcher_rank"] is not None for info in engines.values())
+        order = sorted(engines, key=lambda eid: engines[eid]["launcher_rank"] if by_launcher else eid)
+        self.engine_ids = order
+        rank0 = engines[order[0]]
+        here = socket.gethostname()
+        master_addr = "127.0.0.1" if all(info["host"] == here for info in engines.values()) else rank0["host"]
+        master_port = self.client[order[0]].apply_sync(engine.free_port)
+        notebook = {"host": here, "pid": os.getpid(), "controller_pid": self._controller_pid()}
+        bar.set_description("creating heaps")
+        rendezvous = (self.n, master_addr, master_port, self.backend, self.heap_size, notebook)
+        setups = {rank: self.client[eid].apply_async(engine.setup, rank, *rendezvous)
+                  for rank, eid in enumerate(order)}
+        done = execution.gather(setups, time.monotonic() + self.start_timeout, "creating the Iris contexts",
+                                on_each=lambda _: bar.update())
+        self.rank_info = [{**engines[eid], **done[rank]} for rank, eid in enumerate(order)]
+
+    def _controller_pid(self) -> int | None:
+        process = getattr(self._cluster.controller, "process", None)
+        return process.pid if process is not None and self._cluster.controller.__class__.__name__.startswith(
+            "Local") else None
+
+    def stop(self) -> None:
+        """Stop every engine and the controller by pid (SIGTERM, SIGKILL after a grace period); idempotent."""
+        atexit.unregister(self._stop_at_exit)
+        client, cluster = self.client, self._cluster
+        self.client, self._cluster, self.engine_ids, self.rank_info = None, None, [], []
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.stop_cluster_sync()
+
+    def restart(self) -> Workbench:
+        """Stop and start again with the same settings; every rank's state is lost."""
+        self.stop()
+        return self.start()
+
+    def _stop_at_exit(self) -> None:
+        try:
+            self.stop()
+        except Exception as exc:  # at exit there is no one left to raise to
+            print(f"workbench: stopping the cluster at exit failed: {exc!r}")
+
+    # -- running code -------------------------------------------------------------------------------
+    def run(self, code: str, ranks=None, timeout: float | None = None, *, line_offset: int = 0) -> CellReport:
+        """Run ``code`` on ``ranks`` (default: all) in each rank's namespace; never blocks past ``timeout``.
+
+        Output is printed live with ``[rank r]`` prefixes. A rank still running at the timeout (default
+        :attr:`timeout`) or when Ctrl-C is pressed is interrupted with SIGINT; if it does not stop within
+        :attr:`interrupt_grace` seconds the cluster is restarted (the report says so). ``line_offset``
+        blank lines are put before the code so tracebacks count lines as the notebook cell does.
+
+        Returns
+        -------
+        CellReport
+            Per-rank status, time, output and errors; ``report.ok`` tells whether every rank succeeded.
+
+        Examples
+        --------
+        >>> wb.run("y = ctx.zeros(8); print(rank)", ranks=[0, 1], timeout=10).ok     # doctest: +SKIP
+        [rank 0] 0
+        [rank 1] 1
+        True
+        """
+        self._check_usable()
+        selected = self._select(ranks)
+        source = "\n" * line_offset + code
+        return execution.run_cell(self, source, cell_filename(source), selected,
+                                  self.timeout if timeout is None else timeout)
+
+    def pull(self, expression: str, ranks=None) -> list:
+        """The value of ``expression`` on each rank, in rank order; tensors come back as CPU copies.
+
+        Raises
+        ------
+        RankError
+            Naming the ranks where evaluating failed, with their errors.
+
+        Examples
+        --------
+        >>> wb.pull("rank * 10")                # doctest: +SKIP
+        [0, 10, 20, 30]
+        """
+        self._check_usable()
+        return execution.call_each(self, self._select(ranks), engine.pull, expression)
+
+    def status(self) -> str:
+        """One line per rank: engine id, host, pid, alive or how it died, backend and device."""
+        if not self.running:
+            return f"{self!r}: no ranks running; start with %iris start -n N or workbench.start()"
+        lines = [f"{self!r}" + (f" BROKEN: {self.broken}" if self.broken else "")]
+        for rank, info in enumerate(self.rank_info):
+            state = self.exit_status(rank) or "alive"
+            lines.append(f"  rank {rank}: engine {self.engine_ids[rank]}, pid {info['pid']} on "
+                         f"{info['host']}, {state}, {info['backend']} {info['device']}")
+        return "\n".join(lines)
+
+    def heap(self) -> list[dict]:
+        """Every rank's heap usage (size, used, free, largest_free, allocations), in rank order."""
+        self._check_usable()
+        return execution.call_each(self, self._select(None), engine.heap_usage)
+
+    def summaries(self, name: str, ranks=None) -> dict[int, str]:
+        """Rank -> one-line summary of variable ``name`` (shape, dtype, first values)."""
+        selected = self._select(ranks)
+        return dict(zip(selected, execution.call_each(self, selected, engine.summarize, name), strict=True))
+
+    # -- ranks and processes ------------------------------------------------------------------------
+    def _check_usable(self) -> None:
+        if not self.running:
+            raise WorkbenchError("the workbench is not running: start it with %iris start -n N or "
+                                 "workbench.start()")
+        if self.broken:
+            raise WorkbenchError(f"{self.broken}; every rank's state is unreliable now: run %iris restart "
+                                 "(or Workbench.restart()) to get a working cluster")
+
+    def _select(self, ranks) -> list[int]:
+        if ranks is None:
+            return list(range(self.n))
+        selected = sorted({int(r) for r in ranks})
+        bad = [r for r in selected if not 0 <= r < self.n]
+        if bad:
+            raise ValueError(f"ranks {bad} do not exist: this workbench has ranks 0..{self.n - 1}")
+        return selected
+
+    def view(self, rank: int):
+        """The ipyparallel view of ``rank``'s engine."""
+        return self.client[self.engine_ids[rank]]
+
+    def interrupt(self, ranks) -> None:
+        """Send SIGINT to ``ranks``' engine processes (through each engine's nanny, so any launcher works)."""
+        self.client.send_signal(signal.SIGINT, targets=[self.engine_ids[r] for r in ranks], block=True)
+
+    def exit_status(self, rank: int) -> str | None:
+        """None while ``rank``'s engine runs, else how it ended (``"SIGSEGV"``, ``"exit code 1"``...).
+
+        Only engines on this host are watched; elsewhere ipyparallel reports a dead engine itself.
+        """
+        info = self.rank_info[rank] if rank < len(self.rank_info) else None
+        if info is None or info["host"] != socket.gethostname():
+            return None
+        process = self._local_processes().get(info["pid"])
+        if process is not None:
+            if process.is_running() and process.status() != "zombie":
+                return None
+            return describe_exit(process.wait(0))
+        return None if _pid_alive(info["pid"]) else "exited"
+
+    def _local_processes(self) -> dict:
+        """pid -> psutil.Process of engines this notebook started itself (their exit codes are readable)."""
+        processes = {}
+        for engine_set in (self._cluster.engines.values() if self._cluster else ()):
+            for launcher in getattr(engine_set, "launchers", {}).values():
+                if launcher.process is not None:
+                    processes[launcher.process.pid] = launcher.process
+        return processes
+
+    def engine_pids(self) -> list[int]:
+        """pids of the ranks' engine processes, in rank order."""
+        return [info["pid"] for info in self.rank_info]
+
+
+def cell_filename(source: str) -> str:
+    """The name cell source is registered under: the same on every rank and for the same source, so kernels
+    defined in the cell get the same Triton cache key everywhere."""
+    import hashlib
+
+    return f"<iris-cell-{hashlib.sha1(source.encode()).hexdigest()[:12]}>"
+
+
+def describe_exit(code) -> str:
+    """``-11`` -> ``"SIGSEGV"``, ``1`` -> ``"exit code 1"``, None -> ``"exited"``."""
+    if code is None:
+        return "exited"
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _engine_environment() -> dict:
+    """Engines import ``workbench.engine`` (functions go by reference): put this package on their path."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": _PACKAGE_ROOT + (os.pathsep + path if path else "")}
+
+
+class _NoProgress:
+    def update(self, n=1):
+        pass
+
+    def set_description(self, text):
+        pass
+
+    def close(self):
+        pass
+
+
+def _progress(show: bool, total: int):
+    if not show:
+        return _NoProgress()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="starting", unit="step", leave=False)
+
+
+__all__ = ["CellReport", "RankError", "Workbench", "WorkbenchError", "cell_filename", "describe_exit"]

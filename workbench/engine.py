@@ -1,0 +1,264 @@
+"""Code that runs inside the engines: one engine is one rank.
+
+The notebook side (:mod:`workbench.cluster`) sends these functions to engines by reference, so every
+engine imports this module; it imports ``iris``, ``torch`` and ``triton`` only inside the functions,
+after :func:`prepare` has set ``IRIS_BACKEND`` (``import iris`` on a CPU machine switches Triton to its
+interpreter, which must happen before any kernel is defined).
+
+The *rank namespace* is the engine's IPython user namespace, so ``%%iris_kernel`` cells, ``%px`` and
+``Workbench.pull`` all see the same variables.
+
+Examples
+--------
+>>> view.apply_sync(engine.prepare, "cpu")                                           # doctest: +SKIP
+>>> view.apply_sync(engine.run_cell, "x = rank * 2\\n", "<iris-cell-0123abcd>")       # doctest: +SKIP
+{'rank': 0, 'status': 'ok', 'seconds': 1.2e-05, 'error': None}
+"""
+
+from __future__ import annotations
+
+import gc
+import linecache
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+
+# Launchers that start engines as one parallel job say which rank each engine is; local engines do not.
+_LAUNCHER_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def identify() -> dict:
+    """This engine's pid, host and, when its launcher assigned one, its rank in the launch."""
+    launcher_rank = next((int(os.environ[v]) for v in _LAUNCHER_RANK_VARIABLES if v in os.environ), None)
+    return {"pid": os.getpid(), "host": socket.gethostname(), "launcher_rank": launcher_rank}
+
+
+def free_port() -> int:
+    """A TCP port free on this engine's host, for the torch.distributed rendezvous that rank 0 serves."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def prepare(backend: str) -> dict:
+    """Import torch, triton and iris with the backend chosen, then :func:`identify` this engine.
+
+    Importing takes seconds; the notebook sends this to each engine as soon as it registers, which
+    overlaps the imports with the other engines' start-up.
+    """
+    if backend != "auto":
+        os.environ["IRIS_BACKEND"] = backend
+    import torch  # noqa: F401
+
+    import iris  # noqa: F401  (decides interpreter or GPU before any kernel exists)
+    import iris.gluon  # noqa: F401
+
+    # Keep the collector away from the import-time objects (none is garbage): IPython's shutdown
+    # collects several times, which with torch and triton loaded made every engine take > 1 s to stop.
+    gc.freeze()
+    return identify()
+
+
+def setup(rank: int, world_size: int, master_addr: str, master_port: int, backend: str, heap_size: int,
+          notebook: dict) -> dict:
+    """Create this rank's ``Iris`` context (collective) and fill the rank namespace.
+
+    ``notebook`` holds the notebook kernel's ``host`` and ``pid`` and, for a local controller, its
+    ``controller_pid``: a watchdog ends this engine (and rank 0 the controller) if the notebook dies
+    without stopping the cluster, so a crashed notebook leaves no processes behind.
+    """
+    prepare(backend)
+    os.environ.update({
+        "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
+    })
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    import iris
+    from iris.gluon import IrisDeviceCtx
+
+    ctx = iris.iris(heap_size, backend=None if backend == "auto" else backend)
+    _namespace().update({
+        "ctx": ctx, "rank": rank, "world_size": world_size, "iris": iris, "torch": torch,
+        "triton": triton, "tl": tl, "gluon": gluon, "gl": gl,
+        "DeviceContext": iris.DeviceContext, "IrisDeviceCtx": IrisDeviceCtx,
+    })
+    if notebook["host"] == socket.gethostname():
+        _start_watchdog(notebook["pid"], notebook.get("controller_pid") if rank == 0 else None)
+    return {"rank": rank, "backend": ctx.backend, "device": str(ctx.device)}
+
+
+def _namespace() -> dict:
+    from IPython import get_ipython
+
+    return get_ipython().user_ns
+
+
+def _start_watchdog(notebook_pid: int, controller_pid: int | None) -> None:
+    def watch():
+        while _alive(notebook_pid):
+            time.sleep(1.0)
+        if controller_pid is not None and _alive(controller_pid):
+            os.kill(controller_pid, signal.SIGTERM)
+        os._exit(0)  # the heap files are already unlinked: exiting frees everything
+
+    threading.Thread(target=watch, name="iris-notebook-watchdog", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# -- running cells -------------------------------------------------------------------------------
+
+def register_source(source: str, filename: str) -> None:
+    """Make ``source`` findable under ``filename``, as Triton and Gluon need to compile kernels defined in it.
+
+    ``mtime=None`` keeps ``linecache.checkcache`` from evicting the entry, so tracebacks and later
+    recompilations still find the lines.
+    """
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+
+def run_cell(source: str, filename: str) -> dict:
+    """Run ``source`` in the rank namespace; return the rank, status, seconds and a formatted error.
+
+    Status is ``"ok"``, ``"error"`` or ``"interrupted"`` (KeyboardInterrupt, i.e. SIGINT from the
+    notebook). Output goes to this engine's stdout/stderr, which ipyparallel forwards to the notebook.
+    """
+    register_source(source, filename)
+    namespace = _namespace()
+    status, error = "ok", None
+    start = time.perf_counter()
+    try:
+        exec(compile(source, filename, "exec"), namespace)
+    except KeyboardInterrupt as exc:
+        status, error = "interrupted", format_error(exc, filename)
+    except BaseException as exc:  # noqa: B036  (SystemExit too: a cell must not end the engine)
+        status, error = "error", format_error(exc, filename)
+    finally:
+        seconds = time.perf_counter() - start
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return {"rank": namespace.get("rank"), "status": status, "seconds": seconds, "error": error}
+
+
+def format_error(exc: BaseException, cell_filename: str) -> dict:
+    """``{"type", "message", "traceback"}`` with frames in the cell shown with their lines.
+
+    Frames of this module are dropped; runs of library frames (triton, torch...) between cell frames are
+    folded into one line naming the libraries; the frame that raised is kept, except for an interrupt.
+    """
+    te = traceback.TracebackException.from_exception(exc, capture_locals=False)
+    text = "".join(_format_chain(te, cell_filename))
+    return {"type": type(exc).__name__, "message": str(exc), "traceback": text}
+
+
+def _format_chain(te: traceback.TracebackException, cell_filename: str) -> list[str]:
+    lines = []
+    if te.__cause__ is not None:
+        lines += _format_chain(te.__cause__, cell_filename)
+        lines.append("\nThe above exception was the direct cause of the following exception:\n\n")
+    elif te.__context__ is not None and not te.__suppress_context__:
+        lines += _format_chain(te.__context__, cell_filename)
+        lines.append("\nDuring handling of the above exception, another exception occurred:\n\n")
+    frames = [f for f in te.stack if f.filename != __file__]
+    if frames:
+        lines.append("Traceback (most recent call last):\n")
+        # Where an interrupt landed inside a library differs from rank to rank and says nothing.
+        lines += _format_frames(frames, cell_filename, show_last=te.exc_type is not KeyboardInterrupt)
+    lines += list(te.format_exception_only())
+    return lines
+
+
+def _format_frames(frames, cell_filename: str, show_last: bool) -> list[str]:
+    lines, folded = [], []
+
+    def flush_folded():
+        if folded:
+            lines.append(f"  ... in {', '.join(sorted({_library_name(f.filename) for f in folded}))}\n")
+            folded.clear()
+
+    for i, frame in enumerate(frames):
+        if frame.filename == cell_filename or (show_last and i == len(frames) - 1):
+            flush_folded()
+            where = "cell" if frame.filename == cell_filename else frame.filename
+            lines.append(f"  {where}, line {frame.lineno}, in {frame.name}\n")
+            if frame.line:
+                lines.append(f"    {frame.line.strip()}\n")
+        else:
+            folded.append(frame)
+    flush_folded()
+    return lines
+
+
+def _library_name(filename: str) -> str:
+    """The top-level package of a file: ``.../site-packages/triton/runtime/interpreter.py`` -> ``triton``."""
+    for root in sorted(filter(None, sys.path), key=len, reverse=True):
+        root = root.rstrip("/") + "/"
+        if filename.startswith(root):
+            return filename[len(root):].split("/")[0].removesuffix(".py")
+    return os.path.basename(filename)
+
+
+# -- looking at values -----------------------------------------------------------------------------
+
+def pull(expression: str):
+    """Evaluate ``expression`` in the rank namespace; tensors (also inside lists, tuples, dicts) come back
+    as CPU copies, detached from the heap."""
+    return _to_host(eval(expression, _namespace()))
+
+
+def _to_host(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, list | tuple):
+        return type(value)(_to_host(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_host(v) for k, v in value.items()}
+    return value
+
+
+def summarize(name: str, values: int = 6) -> str:
+    """One line about variable ``name``: shape, dtype, device and first values of a tensor, else its repr."""
+    namespace = _namespace()
+    if name not in namespace:
+        return f"<no variable {name!r} on this rank>"
+    value = namespace[name]
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        flat = value.detach().flatten()
+        head = ", ".join(_short(v) for v in flat[:values].cpu().tolist())
+        more = ", ..." if flat.numel() > values else ""
+        return f"{tuple(value.shape)} {str(value.dtype).replace('torch.', '')} {value.device} [{head}{more}]"
+    text = repr(value)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _short(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def heap_usage() -> dict:
+    """This rank's heap: size, bytes used and free, the largest free block, backend and device."""
+    ctx = _namespace()["ctx"]
+    usage = ctx.heap_usage()
+    return {"size": ctx.heap_size, "used": usage.used, "free": usage.free, "largest_free": usage.largest_free,
+            "allocations": usage.allocations, "backend": ctx.backend, "device": str(ctx.device)}

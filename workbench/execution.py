@@ -1,0 +1,163 @@
+"""Running a cell on ranks without ever freezing the notebook.
+
+ipyparallel's own ``%px`` waits forever for a cell that never ends (ipyparallel issue 435). Here each
+rank's cell is an asynchronous request; the notebook polls them, printing each rank's output as it
+arrives with a ``[rank r]`` prefix and watching the engine processes, until every rank has finished,
+died, or the timeout (or Ctrl-C) comes. Ranks still running are then sent SIGINT; ranks that do not stop
+within the grace period get the cluster restarted, and the report says that state was lost.
+
+Examples
+--------
+>>> report = run_cell(wb, "x = 1\\n", "<iris-cell-0123abcd>", ranks=[0, 1], timeout=30)   # doctest: +SKIP
+>>> report.ok                                                                            # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent import futures
+
+from . import engine
+from .report import CellReport, RankError, RankResult, ranks_phrase
+
+POLL_SECONDS = 0.05
+
+
+def run_cell(wb, source: str, filename: str, ranks: list[int], timeout: float) -> CellReport:
+    """Run ``source`` (registered as ``filename``) on ``ranks`` of workbench ``wb``; see the module doc."""
+    pending = {rank: wb.view(rank).apply_async(engine.run_cell, source, filename) for rank in ranks}
+    output = _RankOutput(pending)
+    results: dict[int, RankResult] = {}
+    notes = []
+    try:
+        _collect(wb, pending, results, output, time.monotonic() + timeout)
+        if pending:
+            notes.append(f"{ranks_phrase(pending)} did not finish within {timeout:g} s and "
+                         f"{_were(pending)} interrupted (SIGINT); use --timeout S for longer cells.")
+    except KeyboardInterrupt:
+        notes.append(f"Ctrl-C: {ranks_phrase(pending)} {_were(pending)} interrupted (SIGINT); "
+                     "the heaps are untouched.")
+    if pending:
+        _interrupt(wb, pending, results, output, notes)
+    output.flush(final=True)
+    dead = [(rank, results[rank].detail) for rank in sorted(results) if results[rank].status == "died"]
+    if dead:
+        wb.broken = "; ".join(f"rank {rank} died ({how})" for rank, how in dead)
+        notes.append(f"{wb.broken}. The other ranks cannot reach it any more: run %iris restart "
+                     "(or Workbench.restart()); every rank's state will be lost.")
+    for rank, result in results.items():
+        result.stdout, result.stderr = output.text(rank)
+    return CellReport(results, notes)
+
+
+def _interrupt(wb, pending, results, output, notes) -> None:
+    try:
+        wb.interrupt(list(pending))
+        _collect(wb, pending, results, output, time.monotonic() + wb.interrupt_grace)
+    except KeyboardInterrupt:
+        pass  # a second Ctrl-C: stop waiting for the interrupt and restart
+    if not pending:
+        return
+    for rank in pending:
+        results[rank] = RankResult(rank, "unresponsive")
+    output.flush(final=True)
+    stubborn = sorted(pending)
+    pending.clear()
+    notes.append(f"{ranks_phrase(stubborn)} did not stop within {wb.interrupt_grace:g} s of SIGINT "
+                 "(code that does not return to Python, like a collective waiting for an absent rank or a "
+                 "GPU kernel, ignores it), so the cluster was restarted: every rank's variables, heap "
+                 "tensors and kernels were lost.")
+    wb.restart()
+
+
+def _collect(wb, pending: dict, results: dict, output, until: float) -> None:
+    """Move ranks from ``pending`` to ``results`` as they finish or die, until none is left or ``until``."""
+    while pending:
+        left = until - time.monotonic()
+        if left <= 0:
+            return
+        futures.wait(list(pending.values()), min(POLL_SECONDS, left), return_when=futures.FIRST_COMPLETED)
+        output.flush()
+        for rank, request in list(pending.items()):
+            if request.done():
+                results[rank] = _result_of(wb, rank, request)
+            else:
+                how = wb.exit_status(rank)
+                if how is None:
+                    continue
+                results[rank] = RankResult(rank, "died", detail=how)
+            del pending[rank]
+
+
+def _result_of(wb, rank: int, request) -> RankResult:
+    try:
+        outcome = request.get(0)
+    except Exception as exc:  # the engine itself failed: it died, or the result could not be sent back
+        how = wb.exit_status(rank)
+        if how is not None or type(exc).__name__ == "EngineError":
+            return RankResult(rank, "died", detail=how or "engine unregistered")
+        message = _remote_message(exc)
+        return RankResult(rank, "error", error={"type": type(exc).__name__, "message": message,
+                                                "traceback": message + "\n"})
+    return RankResult(rank, outcome["status"], seconds=outcome["seconds"], error=outcome["error"])
+
+
+class _RankOutput:
+    """Prints what each rank writes, line by line with a ``[rank r]`` prefix, as it arrives."""
+
+    def __init__(self, requests: dict):
+        self.requests = dict(requests)
+        self.printed = {(rank, stream): 0 for rank in requests for stream in ("stdout", "stderr")}
+
+    def text(self, rank: int) -> tuple[str, str]:
+        request = self.requests[rank]
+        return request.stdout or "", request.stderr or ""
+
+    def flush(self, final: bool = False) -> None:
+        for (rank, stream), done in self.printed.items():
+            text = getattr(self.requests[rank], stream) or ""
+            end = len(text) if final else text.rfind("\n", done) + 1
+            if end <= done:
+                continue
+            target = sys.stdout if stream == "stdout" else sys.stderr
+            for line in text[done:end].splitlines():
+                print(f"[rank {rank}] {line}", file=target)
+            self.printed[(rank, stream)] = end
+
+
+def gather(requests: dict, deadline: float, what: str, key_name: str = "rank", on_each=None) -> dict:
+    """Key (a rank or an engine id) -> result of each asynchronous request; raise :class:`RankError` naming
+    the keys that failed, or that did not answer by ``deadline``."""
+    results, failures = {}, {}
+    for key, request in requests.items():
+        try:
+            results[key] = request.get(max(0.1, deadline - time.monotonic()))
+        except Exception as exc:
+            failures[key] = exc
+        if on_each is not None:
+            on_each(key)
+    if failures:
+        detail = "\n".join(f"  {key_name} {key}: {_remote_message(exc)}" for key, exc in failures.items())
+        raise RankError(f"{what} failed on {len(failures)} of {len(requests)}:\n{detail}")
+    return results
+
+
+def call_each(wb, ranks: list[int], function, *args) -> list:
+    """``function(*args)`` on each of ``ranks`` at once; results in rank order, errors naming the ranks."""
+    requests = {rank: wb.view(rank).apply_async(function, *args) for rank in ranks}
+    results = gather(requests, time.monotonic() + wb.timeout, what=f"{function.__name__}{args!r} (ranks)")
+    return [results[rank] for rank in ranks]
+
+
+def _remote_message(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    if hasattr(exc, "ename"):  # an ipyparallel RemoteError: the engine's exception type and message
+        return f"{exc.ename}: {exc.evalue}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _were(ranks) -> str:
+    return "was" if len(ranks) == 1 else "were"

@@ -1,0 +1,131 @@
+"""The ``%iris`` line magic (start, stop, restart, status, heap) and the ``%%iris_kernel`` cell magic.
+
+Examples
+--------
+::
+
+    %load_ext workbench
+    %iris start -n 4 --backend cpu --heap 64MiB --timeout 60
+
+    %%iris_kernel --ranks 0,1 --timeout 30 --show out
+    out = ctx.zeros(16, dtype=torch.float32)
+    out.fill_(rank)
+
+    %iris status
+    %iris stop
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+import workbench
+from iris.sizes import format_size
+
+from .cluster import BACKENDS
+from .report import render_summaries
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as a UsageError instead of exiting the kernel."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message}\n{self.format_usage()}")
+
+    def exit(self, status=0, message=None):
+        raise UsageError(message or self.format_help())
+
+
+def _iris_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="%iris", description="Manage the workbench's ranks.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    start = commands.add_parser("start", help="start N ranks (stopping the current ones)")
+    start.add_argument("-n", type=int, default=4, help="number of ranks (default 4)")
+    start.add_argument("--backend", choices=BACKENDS, default="auto")
+    start.add_argument("--heap", default="64MiB", help="symmetric heap per rank, e.g. 64MiB (default)")
+    start.add_argument("--engines", default="local", help="ipyparallel engine launcher: local, mpi, slurm...")
+    start.add_argument("--timeout", type=float, default=60.0, help="default seconds a cell may run (60)")
+    for name, text in (("stop", "stop every rank"), ("restart", "stop, then start with the same settings"),
+                       ("status", "ranks, pids, hosts, devices"), ("heap", "every rank's heap usage")):
+        commands.add_parser(name, help=text)
+    return parser
+
+
+def _kernel_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="%%iris_kernel", description="Run the cell on the ranks.")
+    parser.add_argument("--ranks", default="all", help="e.g. 0,2 or 1-3 or all (default)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds before ranks are interrupted")
+    parser.add_argument("--show", nargs="+", default=[], metavar="NAME", help="summarise these variables")
+    return parser
+
+
+def parse_ranks(spec: str, world_size: int) -> list[int] | None:
+    """``"all"`` -> None (every rank), ``"0,2-3"`` -> ``[0, 2, 3]``; a UsageError for anything else."""
+    if spec.strip().lower() == "all":
+        return None
+    ranks = set()
+    try:
+        for part in spec.split(","):
+            low, _, high = part.strip().partition("-")
+            ranks.update(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise UsageError(f"--ranks {spec!r}: write ranks like 0,2 or 1-3 or all") from None
+    bad = sorted(r for r in ranks if not 0 <= r < world_size)
+    if bad or not ranks:
+        raise UsageError(f"--ranks {spec!r}: ranks {bad} do not exist; the ranks are 0..{world_size - 1}")
+    return sorted(ranks)
+
+
+def show_variables(wb, names, ranks) -> None:
+    """The ``--show`` hook: print a per-rank summary of each variable (the widgets will replace this)."""
+    for name in names:
+        print(render_summaries(name, wb.summaries(name, ranks)))
+
+
+@magics_class
+class IrisMagics(Magics):
+    """``%iris`` and ``%%iris_kernel``; registered by ``%load_ext workbench``."""
+
+    @line_magic
+    def iris(self, line: str):
+        """Manage the ranks: ``%iris start -n N [--backend auto|cpu|cuda] [--heap SIZE] [--engines LAUNCHER]
+        [--timeout S]``, ``%iris stop``, ``%iris restart``, ``%iris status``, ``%iris heap``."""
+        args = _iris_parser().parse_args(shlex.split(line))
+        if args.command == "start":
+            wb = workbench.start(n=args.n, backend=args.backend, heap_size=args.heap, engines=args.engines,
+                                 timeout=args.timeout)
+            print(wb.status())
+            return
+        wb = workbench.current()
+        if args.command == "stop":
+            wb.stop()
+            print(f"stopped {wb.n} ranks")
+        elif args.command == "restart":
+            wb.restart()
+            print(wb.status())
+        elif args.command == "status":
+            print(wb.status())
+        elif args.command == "heap":
+            for rank, usage in enumerate(wb.heap()):
+                print(f"rank {rank}: {format_size(usage['used'])} used of {format_size(usage['size'])} "
+                      f"in {usage['allocations']} tensors, largest free block "
+                      f"{format_size(usage['largest_free'])}")
+
+    @cell_magic
+    def iris_kernel(self, line: str, cell: str):
+        """Run the cell on every rank (or ``--ranks``), each in its own namespace holding ``ctx``, ``rank``,
+        ``world_size``, ``iris``, ``torch``, ``triton``, ``tl``, ``gluon``, ``gl``, ``DeviceContext`` and
+        ``IrisDeviceCtx``. Ranks still running after ``--timeout`` seconds are interrupted."""
+        args = _kernel_parser().parse_args(shlex.split(line))
+        wb = workbench.current()
+        ranks = parse_ranks(args.ranks, wb.world_size)
+        # One blank line stands for the magic's own line, so tracebacks count lines as the notebook does.
+        report = wb.run(cell, ranks=ranks, timeout=args.timeout, line_offset=1)
+        report.raise_on_failure()
+        print(report.render())
+        if args.show:
+            show_variables(wb, args.show, ranks)
