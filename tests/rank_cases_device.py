@@ -60,8 +60,8 @@ def rma_functional(src, loaded, stored, got, put_in, copied_in, copied_out, heap
                    BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     mask = offs < n
-    x = iris.load(src + offs, rank, right, heap_bases, mask=mask, other=-7, cache_modifier=".cg",
-                  volatile=True, hint=16)
+    # (volatile=True is exercised by the spin locks: PTX cannot combine it with .cg)
+    x = iris.load(src + offs, rank, right, heap_bases, mask=mask, other=-7, cache_modifier=".cg", hint=16)
     tl.store(loaded + offs, x)
     mine = tl.load(src + offs, mask=mask)
     iris.store(stored + offs, mine, rank, right, heap_bases, mask, 16, ".wt")  # upstream: mask, hint, cache
@@ -81,7 +81,7 @@ def rma_device_context(context, src, loaded, stored, got, put_in, copied_in, cop
     left, right = (rank + world - 1) % world, (rank + 1) % world
     offs = tl.arange(0, BLOCK)
     mask = offs < n
-    x = ctx.load(src + offs, right, mask=mask, other=-7, cache_modifier=".cg", volatile=True, hint=16)
+    x = ctx.load(src + offs, right, mask=mask, other=-7, cache_modifier=".cg", hint=16)
     tl.store(loaded + offs, x)
     ctx.store(stored + offs, tl.load(src + offs, mask=mask), right, mask=mask, cache_modifier=".wt", hint=16)
     ctx.get(src + offs, got + offs, left, mask=mask, load_cache_modifier=".ca", store_cache_modifier=".cs")
@@ -98,7 +98,7 @@ def rma_gluon(IrisDeviceCtx: gl.constexpr, context_tensor, src, loaded, stored, 
     right = (ctx.cur_rank + 1) % ctx.num_ranks
     offs = gl.arange(0, BLOCK, layout=LAYOUT)
     mask = offs < n
-    x = ctx.load(src + offs, right, mask=mask, other=-7, cache_modifier=".cg", volatile=True, hint=16)
+    x = ctx.load(src + offs, right, mask=mask, other=-7, cache_modifier=".cg", hint=16)
     gl.store(loaded + offs, x)
     ctx.store(stored + offs, gl.load(src + offs, mask=mask), right, mask=mask, cache_modifier=".wt", hint=16)
     ctx.get(src + offs, got + offs, left, mask=mask, load_cache_modifier=".ca", store_cache_modifier=".cs")

@@ -1,0 +1,57 @@
+"""The device API on the CUDA backend: the CPU suite's rank cases with IRIS_TEST_BACKEND=cuda, plus what
+only a GPU can show (Gluon layouts compiled for real, device-side debug asserts).
+
+Run on a GPU machine by tests/gpu/run_gpu_checks.sh; ranks share GPUs when there are more ranks than GPUs.
+Gluon kernels here use ``gl.CoalescedLayout()`` or a 32-wide ``gl.BlockedLayout``: in triton 3.6 a
+layout-less ``gl.arange`` does not compile on a GPU ("'tt.make_range' op Failed to infer return type"),
+and ``iris.gluon.layout_hints()`` turns that failure into advice.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from iris.device import OUT_OF_HEAP
+from tests.multirank import run_ranks, start_ranks, stop
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+CASES = "tests.rank_cases_device"
+GPU_CASES = "tests.gpu.rank_cases_device_cuda"
+WORLD = int(os.environ.get("IRIS_GPU_WORLD", "0")) or max(2, torch.cuda.device_count())
+CUDA = {"IRIS_TEST_BACKEND": "cuda", "IRIS_BACKEND": "cuda"}
+
+
+def test_every_rma_op_every_dtype_every_api():
+    assert all(r["checked"] == 12 for r in run_ranks(WORLD, f"{CASES}:every_rma_op", env=CUDA))
+
+
+def test_every_atomic_every_sem_and_scope():
+    # 20 (sem, scope) pairs x 3 APIs x int32/float32/float16/bfloat16
+    assert all(r["launches"] == 20 * 3 * 4 for r in run_ranks(WORLD, f"{CASES}:every_atomic", env=CUDA))
+
+
+def test_spin_lock_ring_messages_and_as_remote():
+    run_ranks(WORLD, f"{CASES}:synchronisation_and_as_remote", env=CUDA)
+
+
+def test_gluon_layouts_compile_and_layoutless_range_gets_advice():
+    for r in run_ranks(WORLD, f"{GPU_CASES}:gluon_layouts_on_gpu", env=CUDA):
+        assert "gl.CoalescedLayout()" in r["advice"] and "rank_cases_device.py:" in r["advice"]
+        assert r["compiler"] == "PassManager::run failed"
+
+
+def test_debug_mode_device_assert_names_the_check():
+    debug = {**CUDA, "IRIS_DEBUG": "1"}
+    ranks = start_ranks(2, f"{GPU_CASES}:debug_mode_stops_bad_pointer_on_gpu", env=debug)
+    try:
+        for r in ranks:
+            r.process.wait(timeout=300)
+        for r in ranks:
+            assert r.process.returncode != 0, r.log()
+            assert OUT_OF_HEAP in r.log() and f"[rank{r.rank}]" in r.log(), r.log()[-3000:]
+    finally:
+        stop(ranks)
