@@ -21,7 +21,7 @@ From Python:
 from __future__ import annotations
 
 from .cluster import Workbench
-from .report import CellReport, RankError, RankResult
+from .report import CellReport, RankError, RankResult, WorkbenchError
 
 _current: Workbench | None = None
 
@@ -59,4 +59,7 @@ def load_ipython_extension(ipython) -> None:
     ipython.register_magics(IrisMagics)
 
 
-__all__ = ["CellReport", "RankError", "RankResult", "Workbench", "current", "load_ipython_extension", "start"]
+__all__ = [
+    "CellReport", "RankError", "RankResult", "Workbench", "WorkbenchError",
+    "current", "load_ipython_extension", "start",
+]

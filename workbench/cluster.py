@@ -170,7 +170,8 @@ class Workbench:
         self.rank_info = [{**engines[eid], **done[rank]} for rank, eid in enumerate(order)]
 
     def _controller_pid(self) -> int | None:
-        process = getattr(self._cluster.controller, "process", None)
+        """The controller's pid when this notebook started it as a local process, else None."""
+        process = getattr(self._cluster.controller, "process", None) if self._cluster else None
         return process.pid if process is not None and self._cluster.controller.__class__.__name__.startswith(
             "Local") else None
 
@@ -312,6 +313,19 @@ class Workbench:
     def engine_pids(self) -> list[int]:
         """pids of the ranks' engine processes, in rank order."""
         return [info["pid"] for info in self.rank_info]
+
+    def local_pids(self) -> list[int]:
+        """Every process of this cluster on this host: controller, engines and their helpers (nannies...)."""
+        import psutil
+
+        roots = [pid for pid in (self._controller_pid(), *self.engine_pids()) if pid is not None]
+        pids = set(roots)
+        for pid in roots:
+            try:
+                pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+            except psutil.NoSuchProcess:
+                pass
+        return sorted(pids)
 
 
 def cell_filename(source: str) -> str:

@@ -23,6 +23,7 @@ from . import engine
 from .report import CellReport, RankError, RankResult, ranks_phrase
 
 POLL_SECONDS = 0.05
+OUTPUT_SECONDS = 2.0
 
 
 def run_cell(wb, source: str, filename: str, ranks: list[int], timeout: float) -> CellReport:
@@ -92,6 +93,8 @@ def _collect(wb, pending: dict, results: dict, output, until: float) -> None:
 
 
 def _result_of(wb, rank: int, request) -> RankResult:
+    # The result and the output travel on different sockets: the output may still be on its way.
+    request.wait_for_output(OUTPUT_SECONDS)
     try:
         outcome = request.get(0)
     except Exception as exc:  # the engine itself failed: it died, or the result could not be sent back
