@@ -18,6 +18,7 @@ Run with ``torchrun --nproc_per_node=2 script.py``:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 
@@ -89,11 +90,11 @@ class Iris:
                 f"device={self.device}, heap_size={self.heap_size})")
 
     # -- tensor creation ------------------------------------------------------------------------
-    def _check_placement(self, out, layout, device) -> None:
-        if out is not None:
-            raise TypeError(f"rank {self.cur_rank}: out= is not supported: the context creates heap tensors itself")
+    def _check_placement(self, layout, device) -> None:
         if layout not in (None, torch.strided):
-            raise ValueError(f"rank {self.cur_rank}: only torch.strided tensors live on the symmetric heap, not {layout}")
+            raise ValueError(
+                f"rank {self.cur_rank}: only torch.strided tensors live on the symmetric heap, not {layout}"
+            )
         if device is not None:
             device = torch.device(device)
             if device.type != self.device.type or device.index not in (None, self.device.index):
@@ -102,10 +103,23 @@ class Iris:
                     f"not {device}; leave device=None"
                 )
 
+    def _check_out(self, out: torch.Tensor, shape, dtype) -> None:
+        if not self.heap.owns(out):
+            raise ValueError(f"rank {self.cur_rank}: out= must be a tensor on the symmetric heap")
+        if out.numel() != math.prod(shape) or (dtype is not None and out.dtype != dtype):
+            raise ValueError(
+                f"rank {self.cur_rank}: out= is {out.dtype}{list(out.shape)} but the result is "
+                f"{dtype or out.dtype}{list(shape)}: it needs as many elements and the same dtype"
+            )
+
     def _new(self, shape, dtype, *, out, layout, device, requires_grad, name, fill=None) -> torch.Tensor:
-        """Allocate collectively, initialise with ``fill(tensor)``, then set requires_grad."""
-        self._check_placement(out, layout, device)
-        tensor = self.heap.allocate(shape, dtype if dtype is not None else torch.get_default_dtype(), label=name)
+        """Allocate collectively (or reuse ``out``), initialise with ``fill(tensor)``, then set requires_grad."""
+        self._check_placement(layout, device)
+        if out is not None:
+            self._check_out(out, shape, dtype)
+            tensor = out if tuple(out.shape) == tuple(shape) else out.view(shape)  # filled in place
+        else:
+            tensor = self.heap.allocate(shape, dtype if dtype is not None else torch.get_default_dtype(), label=name)
         if fill is not None:
             with torch.no_grad():
                 fill(tensor)
@@ -132,7 +146,8 @@ class Iris:
     def full(self, size, fill_value, *, out=None, dtype=None, layout=torch.strided, device=None,
              requires_grad=False, name=None) -> torch.Tensor:
         """Tensor filled with ``fill_value``; the dtype is inferred from it as :func:`torch.full` does."""
-        dtype = dtype if dtype is not None else torch.full((), fill_value).dtype
+        if dtype is None:
+            dtype = out.dtype if out is not None else torch.full((), fill_value).dtype
         size = (size,) if isinstance(size, int) else size
         return self._new(_shape((size,)), dtype, out=out, layout=layout, device=device,
                          requires_grad=requires_grad, name=name, fill=lambda t: t.fill_(fill_value))
@@ -176,10 +191,8 @@ class Iris:
         return self._new(values.shape, values.dtype, out=out, layout=layout, device=device,
                          requires_grad=requires_grad, name=name, fill=lambda t: t.copy_(values))
 
-    def _like(self, creator, input: torch.Tensor, dtype, layout, device, requires_grad, name, *args):
-        if layout not in (None, torch.strided, input.layout):
-            raise ValueError(f"rank {self.cur_rank}: only torch.strided tensors live on the symmetric heap, not {layout}")
-        return creator(*args, input.shape, dtype=dtype or input.dtype, device=device,
+    def _like(self, creator, input: torch.Tensor, dtype, layout, device, requires_grad, name):
+        return creator(input.shape, dtype=dtype or input.dtype, layout=layout or input.layout, device=device,
                        requires_grad=requires_grad, name=name)
 
     def zeros_like(self, input, *, dtype=None, layout=None, device=None, requires_grad=False,
@@ -284,7 +297,8 @@ class Iris:
         if not 0 <= src < self.num_ranks:
             raise ValueError(f"rank {self.cur_rank}: broadcast source {src} is not in [0, {self.num_ranks})")
         if isinstance(value, torch.Tensor):
-            value = value.detach().cpu().numpy() if value.dtype != torch.bfloat16 else value.detach().float().cpu().numpy()
+            value = value.detach().cpu()
+            value = (value.float() if value.dtype == torch.bfloat16 else value).numpy()  # numpy has no bfloat16
         return self.group.broadcast_object(value, src=src)
 
     # -- logging --------------------------------------------------------------------------------

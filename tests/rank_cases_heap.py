@@ -13,7 +13,6 @@ import torch
 import iris
 from iris.device import HEAP_SIZE_SLOT
 
-
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")  # tests/gpu runs these same cases with "cuda"
 
 
@@ -66,6 +65,12 @@ def creation_family():
     assert host["ones_like"].dtype == torch.int8 and bool((host["ones_like"] == 1).all())
     assert bool((host["full_like"] == 3).all()) and host["full_like"].dtype == torch.float32
     assert ctx.zeros(2, requires_grad=True).requires_grad
+    out = ctx.zeros(6)
+    filled = ctx.full((2, 3), 5.0, out=out)
+    assert filled.data_ptr() == out.data_ptr() and filled.shape == (2, 3) and bool((_cpu(out) == 5).all())
+    for bad_out in (torch.zeros(6), ctx.zeros(5)):
+        with pytest.raises(ValueError, match="out="):
+            ctx.ones(6, out=bad_out)
     assert not ctx.is_symmetric(torch.zeros(3))
     # host API getters and the device context layout
     bases = ctx.get_heap_bases()
@@ -188,11 +193,12 @@ def divergence_and_oom():
 def broadcast_values():
     ctx = _ctx("1MiB")
     r = ctx.cur_rank
+    tensor = ctx.broadcast(torch.arange(4, device=ctx.device) * (r + 1))
     return {
         "int": ctx.broadcast(42 if r == 0 else None),
         "float": ctx.broadcast(2.5 if r == 1 else None, src=1),
         "obj": ctx.broadcast({"a": [1, 2], "r": r}, source_rank=1),
-        "tensor": (lambda v: [type(v).__name__, v.tolist()])(ctx.broadcast(torch.arange(4, device=ctx.device) * (r + 1))),
+        "tensor": [type(tensor).__name__, tensor.tolist()],
         "bf16": ctx.broadcast(torch.ones(2, dtype=torch.bfloat16)).tolist(),
         "array": ctx.broadcast(np.array([r, r]), src=1).tolist(),
         "string": ctx.broadcast("hello" if r == 0 else ""),

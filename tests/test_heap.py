@@ -83,7 +83,7 @@ def test_creation_family_and_offsets_agree(world):
 @pytest.mark.parametrize("world", [2, 4])
 def test_as_remote_reads_and_writes_reach_the_owner(world):
     errors = run_ranks(world, f"{CASES}:as_remote_host")[0]
-    assert "in [0, %d)" % world in errors[0]
+    assert f"in [0, {world})" in errors[0]
     assert "ctx.zeros" in errors[-1]
 
 
@@ -129,7 +129,8 @@ def test_sigkill_leaves_nothing_in_dev_shm(tmp_path):
     try:
         deadline = time.monotonic() + 120
         while not all("READY" in r.log() for r in ranks):
-            assert time.monotonic() < deadline and all(r.process.poll() is None for r in ranks), [r.log() for r in ranks]
+            alive = all(r.process.poll() is None for r in ranks)
+            assert alive and time.monotonic() < deadline, [r.log() for r in ranks]
             time.sleep(0.2)
     finally:
         stop(ranks)

@@ -1,0 +1,43 @@
+"""Write a benchmark's table into benchmarks/RESULTS.md, one section per benchmark, replaced on each run.
+
+Examples
+--------
+>>> write_section("rma_bandwidth", "| size | GB/s |\\n|---|---|\\n| 1 MiB | 300 |")   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import re
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+_HEADER = (
+    "# Benchmark results\n\n"
+    "Each section is written by the benchmark named in its title, which runs its baseline in the same run.\n"
+)
+
+
+def environment() -> str:
+    """One line naming the device, the software versions and the date."""
+    import torch
+    import triton
+
+    if torch.cuda.is_available():
+        names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
+        device = f"{torch.cuda.device_count()}x {', '.join(names)}"
+    else:
+        device = f"CPU {platform.processor() or platform.machine()}"
+    return (f"{device}; torch {torch.__version__}, triton {triton.__version__}, Python {platform.python_version()}; "
+            f"{datetime.date.today().isoformat()}")
+
+
+def write_section(name: str, body: str) -> Path:
+    """Replace (or append) the section ``## name`` of RESULTS.md with ``body``."""
+    text = RESULTS.read_text() if RESULTS.exists() else _HEADER
+    section = f"## {name}\n\n{body.strip()}\n\n"
+    pattern = re.compile(rf"^## {re.escape(name)}\n.*?(?=^## |\Z)", re.S | re.M)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section
+    RESULTS.write_text(text)
+    return RESULTS
