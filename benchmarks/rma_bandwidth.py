@@ -187,7 +187,8 @@ def report(rows, widths, shared: bool, tuned) -> None:
     else:
         summary = [
             f"At {_size(largest)}: functional put "
-            f"{gbps['put (functional)'] / gbps['torch peer copy']:.0%} of torch's peer copy and {gbps['put (functional)'] / NVLINK_GBPS:.0%} of the {NVLINK_GBPS:.0f} GB/s NVLink line rate "
+            f"{gbps['put (functional)'] / gbps['torch peer copy']:.0%} of torch's peer copy and "
+            f"{gbps['put (functional)'] / NVLINK_GBPS:.0%} of the {NVLINK_GBPS:.0f} GB/s NVLink line rate "
             f"(torch's copy engines reach {gbps['torch peer copy'] / NVLINK_GBPS:.0%}). Best launch shape of "
             f"{TUNING}: BLOCK={tuned[1]}, num_warps={tuned[2]}: {tuned[0]:.0f} GB/s = "
             f"{tuned[0] / gbps['torch peer copy']:.0%} of torch, {tuned[0] / NVLINK_GBPS:.0%} of line rate.",
