@@ -120,7 +120,8 @@ def test_ranks_option_runs_on_the_selected_ranks_only(shell, wb):
 # -- errors ------------------------------------------------------------------------------------------
 
 def test_error_on_one_rank_is_shown_once_at_the_cell_line(shell, wb):
-    _, error = kernel_cell(shell, "", "x = 1\nif rank == 1:\n    raise ValueError(f'bad value on rank {rank}')\n")
+    body = "x = 1\nif rank == 1:\n    raise ValueError(f'bad value on rank {rank}')\n"
+    _, error = kernel_cell(shell, "", body)
     assert isinstance(error, workbench.RankError)
     report = error.report
     assert report.results[0].status == "ok" and report.results[1].status == "error"
@@ -164,7 +165,8 @@ def test_traceback_format_folds_library_frames(shell):
     outcome = engine.run_cell("import json\njson.loads('{')\n", "<iris-cell-test>")
     assert outcome["status"] == "error" and outcome["error"]["type"] == "JSONDecodeError"
     lines = outcome["error"]["traceback"].splitlines()
-    assert lines[:3] == ["Traceback (most recent call last):", "  cell, line 2, in <module>", "    json.loads('{')"]
+    assert lines[:3] == ["Traceback (most recent call last):", "  cell, line 2, in <module>",
+                         "    json.loads('{')"]
     assert lines[3] == "  ... in json"
     assert lines[-1].startswith("json.decoder.JSONDecodeError: Expecting property name")
 

@@ -16,6 +16,16 @@ From Python:
 >>> wb = workbench.start(n=2, backend="cpu", heap_size="16MiB")     # doctest: +SKIP
 >>> wb.pull("rank")                                                  # doctest: +SKIP
 [0, 1]
+
+Kernels defined in a cell are compiled by every rank: each engine JITs them itself. On a GPU the
+engines share Triton's cache directory (``TRITON_CACHE_DIR``, inherited from the notebook, by default
+``~/.triton/cache``) and cell source is registered under a name derived from its text, so the first rank
+to compile a kernel writes the binary and the others load it from the cache instead of compiling again;
+they still pay Triton's per-process launch preparation. On the CPU the interpreter compiles nothing.
+
+Collective calls (allocating on the heap, ``ctx.barrier()``) wait for every rank: in a cell run on some
+ranks only (``--ranks``) they wait until the timeout, and a rank blocked in one ignores SIGINT, so the
+cluster is restarted.
 """
 
 from __future__ import annotations
@@ -46,9 +56,9 @@ def start(n: int = 4, backend: str = "auto", heap_size: int | str = "64MiB", **o
 
 
 def current() -> Workbench:
-    """The workbench started last; a ``RuntimeError`` saying how to start one if there is none."""
+    """The workbench started last; a :class:`WorkbenchError` saying how to start one if there is none."""
     if _current is None:
-        raise RuntimeError("no workbench yet: start one with %iris start -n N or workbench.start(n=N)")
+        raise WorkbenchError("no workbench yet: start one with %iris start -n N or workbench.start(n=N)")
     return _current
 
 

@@ -295,11 +295,18 @@ class Workbench:
         if info is None or info["host"] != socket.gethostname():
             return None
         process = self._local_processes().get(info["pid"])
-        if process is not None:
-            if process.is_running() and process.status() != "zombie":
-                return None
+        if process is None:
+            return None if engine.alive(info["pid"]) else "exited"
+        try:
+            # WNOWAIT reads the status without reaping: ipyparallel's launcher thread reaps the engine,
+            # and two threads reaping one child race (the loser learns nothing).
+            status = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # already reaped by the launcher's psutil.Process, which keeps the code
             return describe_exit(process.wait(0))
-        return None if _pid_alive(info["pid"]) else "exited"
+        if status is None:
+            return None
+        killed = status.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+        return describe_exit(-status.si_status if killed else status.si_status)
 
     def _local_processes(self) -> dict:
         """pid -> psutil.Process of engines this notebook started itself (their exit codes are readable)."""
@@ -346,16 +353,6 @@ def describe_exit(code) -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit code {code}"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _engine_environment() -> dict:

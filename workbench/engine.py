@@ -104,16 +104,17 @@ def _namespace() -> dict:
 
 def _start_watchdog(notebook_pid: int, controller_pid: int | None) -> None:
     def watch():
-        while _alive(notebook_pid):
+        while alive(notebook_pid):
             time.sleep(1.0)
-        if controller_pid is not None and _alive(controller_pid):
+        if controller_pid is not None and alive(controller_pid):
             os.kill(controller_pid, signal.SIGTERM)
         os._exit(0)  # the heap files are already unlinked: exiting frees everything
 
     threading.Thread(target=watch, name="iris-notebook-watchdog", daemon=True).start()
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (on this host)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

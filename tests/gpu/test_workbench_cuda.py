@@ -1,0 +1,85 @@
+"""The workbench on the CUDA backend: one engine per GPU (ranks share a GPU when there are fewer than 2).
+
+A Triton kernel defined in a ``%%iris_kernel`` cell puts each rank's block into the next rank's heap;
+the values are pulled back and checked, then the same through ``Workbench.run``. Every engine JITs the
+kernel itself; they share Triton's cache directory, so after the first rank compiles the others load it.
+
+ipyparallel and its needs are not on the GPU image; carry them as wheels (``.whl``, made here with
+``pip download --no-deps --only-binary=:all: --python-version 3.12 ...``, see tests/gpu/install_wheels.sh):
+ipyparallel 9.2.0, ipykernel 7.4.0, ipython 9.18.1, ipython_pygments_lexers 1.1.1, jupyter_client 8.10.0,
+jupyter_core 5.9.1, pyzmq 27.3.0, tornado 6.6.1, traitlets 5.16.1, decorator 5.3.1, comm 0.2.3,
+debugpy 1.8.22, matplotlib-inline 0.2.2, nest-asyncio2 1.7.4, jedi 0.20.1, parso 0.8.7, pexpect 4.9.0,
+ptyprocess 0.7.0, prompt_toolkit 3.0.53, wcwidth 0.9.4, stack-data 0.6.3, executing 2.3.0,
+asttokens 3.0.2, pure_eval 0.2.4, platformdirs 4.14.7. Then, on the GPU machine::
+
+    source tests/gpu/install_wheels.sh && bash tests/gpu/run_gpu_checks.sh -k workbench
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("ipyparallel", reason="needs the carried Jupyter wheels (tests/gpu/install_wheels.sh)")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+
+import workbench  # noqa: E402
+
+WORLD = int(os.environ.get("IRIS_GPU_WORLD", "0")) or max(2, torch.cuda.device_count())
+
+PUT_TO_NEXT = """
+received = ctx.zeros(4096, dtype=torch.float32)
+mine = ctx.full((4096,), float(rank + 1))
+
+@triton.jit
+def put_to_next(src, dst, cur_rank, world, heap_bases, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    iris.put(src + offs, dst + offs, cur_rank, (cur_rank + 1) % world, heap_bases)
+
+ctx.barrier()
+put_to_next[(4096 // 1024,)](mine, received, rank, world_size, ctx.get_heap_bases(), BLOCK=1024)
+ctx.barrier()
+"""
+
+
+@pytest.fixture(scope="module")
+def shell():
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "workbench")
+    started = time.perf_counter()
+    ip.run_line_magic("iris", f"start -n {WORLD} --backend cuda --heap 64MiB --timeout 120")
+    print(f"{WORLD} CUDA ranks started in {time.perf_counter() - started:.1f} s")
+    yield ip
+    workbench.current().stop()
+
+
+def expected(world: int) -> list[float]:
+    return [float((rank - 1) % world + 1) for rank in range(world)]
+
+
+def test_ranks_are_on_their_gpus(shell):
+    wb = workbench.current()
+    devices = wb.pull("str(ctx.get_device())")
+    assert devices == [f"cuda:{rank % torch.cuda.device_count()}" for rank in range(WORLD)]
+    print(wb.status())
+
+
+def test_remote_put_through_the_magic(shell):
+    result = shell.run_cell(f"%%iris_kernel --timeout 120\n{PUT_TO_NEXT}", store_history=False)
+    assert result.error_in_exec is None, result.error_in_exec
+    received = workbench.current().pull("received")
+    assert all(t.device.type == "cpu" for t in received)  # pulled as CPU copies
+    assert [float(t.min()) for t in received] == [float(t.max()) for t in received] == expected(WORLD)
+
+
+def test_remote_put_through_run_then_pull(shell):
+    wb = workbench.current()
+    started = time.perf_counter()
+    wb.run(PUT_TO_NEXT.replace("rank + 1", "10 * (rank + 1)")).raise_on_failure()
+    print(f"warm cell with a kernel launch: {1e3 * (time.perf_counter() - started):.1f} ms")
+    assert [float(t[0]) for t in wb.pull("received")] == [10 * v for v in expected(WORLD)]
