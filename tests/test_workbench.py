@@ -253,10 +253,12 @@ def test_stop_leaves_no_process_behind(shell, wb, capsys):
         wb.pull("rank")
 
 
-def test_crashed_notebook_leaves_no_process_behind():
+@pytest.mark.parametrize("mode", ["exit", "kill"])
+def test_notebook_that_exits_or_crashes_leaves_no_process_behind(mode):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "tests.workbench_notebook_crash", "1"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == -signal.SIGKILL, done.stderr
+    command = [sys.executable, "-m", "tests.workbench_notebook_end", mode, "1"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == (0 if mode == "exit" else -signal.SIGKILL), done.stderr
     pids = json.loads(done.stdout.strip().splitlines()[-1])
-    assert wait_gone(pids, 15) == [], "the engines' watchdog should have ended the cluster"
+    assert len(pids) >= 3  # controller, engine, nanny
+    assert wait_gone(pids, 15) == [], "atexit (exit) or the engines' watchdog (kill) should end the cluster"

@@ -101,7 +101,7 @@ class Workbench:
     def start(self) -> Workbench:
         """Start the controller and the engines, make every engine a rank, create every rank's ``Iris``."""
         if self.running:
-            raise RuntimeError(f"{self!r} is already running: stop() or restart() it")
+            raise WorkbenchError(f"{self!r} is already running: stop() or restart() it")
         import ipyparallel as ipp
         from traitlets.config import Config
 
@@ -171,9 +171,10 @@ class Workbench:
 
     def _controller_pid(self) -> int | None:
         """The controller's pid when this notebook started it as a local process, else None."""
-        process = getattr(self._cluster.controller, "process", None) if self._cluster else None
-        return process.pid if process is not None and self._cluster.controller.__class__.__name__.startswith(
-            "Local") else None
+        from ipyparallel.cluster.launcher import LocalControllerLauncher
+
+        controller = self._cluster.controller if self._cluster else None
+        return controller.process.pid if isinstance(controller, LocalControllerLauncher) else None
 
     def stop(self) -> None:
         """Stop every engine and the controller by pid (SIGTERM, SIGKILL after a grace period); idempotent."""

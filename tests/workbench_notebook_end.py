@@ -1,0 +1,20 @@
+"""A 'notebook' that starts a workbench and then ends: normally (``exit``) or by SIGKILL (``kill``), as a
+Jupyter kernel shut down or crashed would.
+
+Run by tests/test_workbench.py with ``MODE N``: prints one JSON line with the pids of the cluster's
+processes, then ends. At a normal exit the atexit hook stops the cluster; after a SIGKILL the engines'
+watchdog must end them all.
+"""
+
+import json
+import os
+import signal
+import sys
+
+import workbench
+
+mode, n = sys.argv[1], int(sys.argv[2])
+wb = workbench.start(n=n, backend="cpu", heap_size="4MiB", progress=False)
+print(json.dumps(wb.local_pids()), flush=True)
+if mode == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
