@@ -25,9 +25,6 @@ Examples
 >>> ring_put[(1,)](buf, ctx.get_heap_bases(), ctx.cur_rank, ctx.num_ranks, BLOCK=64)   # doctest: +SKIP
 """
 
-import dataclasses
-import functools
-
 import triton
 import triton.language as tl
 from triton.language.core import _aggregate as aggregate
@@ -445,42 +442,17 @@ def enable_debug_checks(rank: int) -> None:
     _debug_rank = rank
     triton.knobs.runtime.debug = True
     if triton.knobs.runtime.interpret:
-        from triton.runtime import interpreter
+        from .interpret.debug import enable_device_asserts
 
-        # The interpreter never reads the knob: its builder carries fixed default options.
-        builder = interpreter.interpreter_builder
-        builder.options = dataclasses.replace(builder.options, debug=True)
-        launch = interpreter.GridExecutor.__call__
-        if not getattr(launch, "_iris_explains_out_of_heap", False):
-            interpreter.GridExecutor.__call__ = _explaining_out_of_heap(launch)
+        enable_device_asserts(_explain_failed_check)
 
 
-def _explaining_out_of_heap(launch):
-    @functools.wraps(launch)
-    def run(self, *args, **kwargs):
-        from triton.runtime.errors import InterpreterError
-
-        try:
-            return launch(self, *args, **kwargs)
-        except InterpreterError as error:
-            failure = _iris_assertion(error)
-            if failure is None:
-                raise
-            what = _describe_bad_translation(failure) if str(failure) == OUT_OF_HEAP else str(failure)
-            raise IrisDebugError(f"iris debug: kernel `{self.fn.__name__}` on rank {_debug_rank}: "
-                                 f"{what.removeprefix('iris debug: ')}") from None
-
-    run._iris_explains_out_of_heap = True
-    return run
-
-
-def _iris_assertion(error):
-    """The debug-check AssertionError an InterpreterError was raised from (each jit call level wraps once)."""
-    while error is not None:
-        if isinstance(error, AssertionError):
-            return error if str(error).startswith("iris debug:") else None
-        error = error.__cause__
-    return None
+def _explain_failed_check(kernel: str, failure: AssertionError):
+    """The IrisDebugError for a failed iris check in an interpreted kernel; None for other assertions."""
+    if not str(failure).startswith("iris debug:"):
+        return None
+    what = _describe_bad_translation(failure) if str(failure) == OUT_OF_HEAP else str(failure)
+    return IrisDebugError(f"iris debug: kernel `{kernel}` on rank {_debug_rank}: {what.removeprefix('iris debug: ')}")
 
 
 def _value(x):

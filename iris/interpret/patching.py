@@ -4,7 +4,7 @@ INSTALLED_MARK = "__iris_interpret_replacement__"
 
 
 def replace_once(owner, name, make_replacement):
-    """Set ``owner.name`` to ``make_replacement(original)`` unless an earlier call already did.
+    """Set ``owner.name`` to ``make_replacement(original)`` unless this same replacement is already in place.
 
     Parameters
     ----------
@@ -25,8 +25,10 @@ def replace_once(owner, name, make_replacement):
     'hi!'
     """
     original = getattr(owner, name)
-    if getattr(original, INSTALLED_MARK, False):
+    applied = getattr(original, INSTALLED_MARK, frozenset())
+    key = f"{make_replacement.__module__}.{make_replacement.__qualname__}"
+    if key in applied:  # several adapters may wrap one attribute, each of them once
         return
     replacement = make_replacement(original)
-    setattr(replacement, INSTALLED_MARK, True)
+    setattr(replacement, INSTALLED_MARK, applied | {key})
     setattr(owner, name, replacement)
