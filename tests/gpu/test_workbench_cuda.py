@@ -80,6 +80,6 @@ def test_remote_put_through_the_magic(shell):
 def test_remote_put_through_run_then_pull(shell):
     wb = workbench.current()
     started = time.perf_counter()
-    wb.run(PUT_TO_NEXT.replace("rank + 1", "10 * (rank + 1)")).raise_on_failure()
+    wb.run(PUT_TO_NEXT.replace("float(rank + 1)", "float(10 * (rank + 1))")).raise_on_failure()
     print(f"warm cell with a kernel launch: {1e3 * (time.perf_counter() - started):.1f} ms")
     assert [float(t[0]) for t in wb.pull("received")] == [10 * v for v in expected(WORLD)]
