@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from iris.heap.cpu import PREFIX, SHM_DIR
-
-
-def our_heap_files() -> set[str]:
-    """Names of iris CPU heap files now in /dev/shm."""
-    return {name for name in os.listdir(SHM_DIR) if name.startswith(PREFIX)}
+from .multirank import our_heap_files
 
 
 @pytest.fixture

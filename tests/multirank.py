@@ -23,6 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def our_heap_files() -> set[str]:
+    """Names of iris CPU heap files now in /dev/shm."""
+    from iris.heap.cpu import PREFIX, SHM_DIR
+
+    return {name for name in os.listdir(SHM_DIR) if name.startswith(PREFIX)}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -16,22 +16,13 @@ import iris
 import iris.experimental.iris_gluon
 import iris.gluon
 import iris.iris_gluon
-from iris.heap.cpu import PREFIX, SHM_DIR
 
 from .multirank import run_ranks
 
 CASES = "tests.rank_cases_device"
 
 
-def our_heap_files() -> set[str]:
-    return {name for name in os.listdir(SHM_DIR) if name.startswith(PREFIX)}
-
-
-@pytest.fixture(autouse=True)
-def no_heap_files_left_behind():
-    before = our_heap_files()
-    yield
-    assert our_heap_files() - before == set(), "a test left heap files in /dev/shm"
+pytestmark = pytest.mark.usefixtures("no_heap_files_left_behind")
 
 
 # -- single-process: the public surface ------------------------------------------------------------

@@ -15,20 +15,12 @@ from iris.heap import Allocator, OutOfHeap
 from iris.heap.cpu import PREFIX, SHM_DIR, remove_stale_heap_files
 from iris.sizes import format_size, parse_size
 
-from .multirank import ROOT, run_ranks, start_ranks, stop
+from .multirank import ROOT, our_heap_files, run_ranks, start_ranks, stop
 
 CASES = "tests.rank_cases_heap"
 
 
-def our_heap_files() -> set[str]:
-    return {name for name in os.listdir(SHM_DIR) if name.startswith(PREFIX)}
-
-
-@pytest.fixture(autouse=True)
-def no_heap_files_left_behind():
-    before = our_heap_files()
-    yield
-    assert our_heap_files() - before == set(), "a test left heap files in /dev/shm"
+pytestmark = pytest.mark.usefixtures("no_heap_files_left_behind")
 
 
 # -- single-process units ------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import socket
 import time
 from pathlib import Path
 
+from iris.heap.cpu import process_alive
 from iris.sizes import format_size, parse_size
 
 from . import engine, execution
@@ -297,7 +298,7 @@ class Workbench:
             return None
         process = self._local_processes().get(info["pid"])
         if process is None:
-            return None if engine.alive(info["pid"]) else "exited"
+            return None if process_alive(info["pid"]) else "exited"
         try:
             # WNOWAIT reads the status without reaping: ipyparallel's launcher thread reaps the engine,
             # and two threads reaping one child race (the loser learns nothing).

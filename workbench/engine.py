@@ -103,25 +103,16 @@ def _namespace() -> dict:
 
 
 def _start_watchdog(notebook_pid: int, controller_pid: int | None) -> None:
+    from iris.heap.cpu import process_alive
+
     def watch():
-        while alive(notebook_pid):
+        while process_alive(notebook_pid):
             time.sleep(1.0)
-        if controller_pid is not None and alive(controller_pid):
+        if controller_pid is not None and process_alive(controller_pid):
             os.kill(controller_pid, signal.SIGTERM)
         os._exit(0)  # the heap files are already unlinked: exiting frees everything
 
     threading.Thread(target=watch, name="iris-notebook-watchdog", daemon=True).start()
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (on this host)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # -- running cells -------------------------------------------------------------------------------

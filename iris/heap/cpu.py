@@ -42,7 +42,7 @@ def remove_stale_heap_files() -> list[str]:
         return removed
     for name in names:
         match = _NAME.match(name)
-        if not match or int(match.group(1)) != os.getuid() or _alive(int(match.group(2))):
+        if not match or int(match.group(1)) != os.getuid() or process_alive(int(match.group(2))):
             continue
         try:
             os.unlink(os.path.join(SHM_DIR, name))
@@ -52,7 +52,8 @@ def remove_stale_heap_files() -> list[str]:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (one owned by another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
