@@ -27,6 +27,7 @@ import torch
 
 from . import log as _log
 from .backend import choose_backend
+from .ccl import CCL
 from .device import HEAP_SIZE_SLOT, enable_debug_checks
 from .distributed import HostGroup
 from .heap import SymmetricHeap, Usage
@@ -82,6 +83,7 @@ class Iris:
         )
         if self.debug_mode:
             enable_debug_checks(self.cur_rank)
+        self.ccl = CCL(self)  # collectives as methods: ctx.ccl.all_reduce(out, inp), ...
         self.group.barrier()
         self.debug(f"heap of {self.heap_size} bytes on {self.device} ({self.backend} backend), bases {self.heap.bases}")
 
@@ -287,6 +289,15 @@ class Iris:
         else:
             self.heap.memory.synchronize()
         self.group.barrier()
+
+    def device_barrier(self, group=None) -> None:
+        """Barrier on the device: this rank's later stream work waits until every rank's earlier work is done.
+
+        Flags on the heap (release/acquire) and a call counter on the device; no host synchronisation, so it
+        can be captured in a CUDA graph once a first call (which allocates the flags, collectively) has run.
+        See :func:`iris.ccl.device_barrier`.
+        """
+        self.ccl.barrier(group)
 
     def broadcast(self, value, src: int = 0, *, source_rank: int | None = None):
         """``src``'s value on every rank; tensors and arrays come back as numpy arrays.

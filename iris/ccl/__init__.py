@@ -1,0 +1,43 @@
+"""Collectives on the symmetric heap: all_reduce, all_gather, all_to_all, reduce_scatter, device barrier.
+
+Each is one Triton kernel per rank that reads and writes the other ranks' heaps directly and synchronises
+through flags on the heap (:mod:`iris.ccl.sync`), with no host round trip: calls are cheap to repeat and can
+be captured in CUDA graphs. Reach them as methods of a context (``ctx.ccl.all_reduce(out, inp)``, upstream
+Iris's spelling) or as functions taking the context third (``iris.ccl.all_reduce(out, inp, ctx)``).
+
+Common rules:
+
+* every rank calls the collective with tensors of the same shapes and dtype;
+* input and output live on the symmetric heap (``ctx.zeros``, ``ctx.empty``, ...), contiguous; a tensor
+  elsewhere is a ``ValueError``: other ranks access it directly, so it must sit at the same heap offset on
+  every rank;
+* inputs are left intact; which collectives may run in place is said in each one's documentation;
+* ``op`` is SUM only (other ``ReduceOp`` values raise NotImplementedError); ``group`` must be None;
+* ``async_op=False``: in stream order after the call the output is complete and the tensors reusable.
+  ``async_op=True``: the final flag exchange is skipped; call ``wait()`` on the returned workspace (a
+  device barrier, upstream's "barrier at the end") before touching the tensors or calling again.
+* Each call returns its :class:`Workspace` (flags, per-program call counters on the device, scratch);
+  passing it back reuses it. Allocating one is collective, so the first call must run outside a CUDA graph
+  capture.
+
+Examples
+--------
+>>> import iris, torch
+>>> ctx = iris.iris("256MiB")                                          # doctest: +SKIP
+>>> inp = ctx.randn(1 << 20, dtype=torch.bfloat16); out = ctx.zeros_like(inp)
+>>> ws = ctx.ccl.all_reduce(out, inp, config=iris.ccl.Config(all_reduce_variant="two_shot"))
+"""
+
+from .all_gather import all_gather
+from .all_reduce import all_reduce, all_reduce_preamble, choose_variant
+from .all_to_all import all_to_all
+from .barrier import device_barrier
+from .config import ALL_REDUCE_VARIANTS, Config, ReduceOp
+from .namespace import CCL
+from .reduce_scatter import owned_range, reduce_scatter
+from .workspace import Work, Workspace
+
+__all__ = [
+    "ALL_REDUCE_VARIANTS", "CCL", "Config", "ReduceOp", "Work", "Workspace", "all_gather", "all_reduce",
+    "all_reduce_preamble", "all_to_all", "choose_variant", "device_barrier", "owned_range", "reduce_scatter",
+]

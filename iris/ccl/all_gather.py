@@ -1,0 +1,99 @@
+"""all_gather: every rank's output is the concatenation, along dim 0, of every rank's input.
+
+As ``torch.distributed.all_gather_into_tensor``: input (M, ...) on each rank, output (world * M, ...),
+rank s's input landing in rows ``[s * M, (s + 1) * M)``. Each rank pulls every peer's input into its own
+output (reads over the links, local writes), starting with a different peer on every rank. The input may
+be this rank's own slice of the output (``out[rank * M:(rank + 1) * M]``, in place); no other overlap.
+
+Examples
+--------
+>>> inp = ctx.full((2, 3), float(ctx.cur_rank)); out = ctx.zeros(2 * ctx.num_ranks, 3)   # doctest: +SKIP
+>>> ctx.ccl.all_gather(out, inp)          # out[2 * s:2 * s + 2] == s for every rank s
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ..device import DeviceContext
+from .config import Config
+from .launch import block_size, cdiv, check_group, check_tensors, hint, overlaps, programs
+from .sync import exchange
+from .workspace import Workspace, reuse_or_allocate
+
+ARRIVED, DONE = 0, 1
+SLOTS = 2
+
+
+@triton.jit
+def all_gather_kernel(context, src, src_step, out, flags, epochs, n, rank: tl.constexpr, world: tl.constexpr,
+                      BLOCK: tl.constexpr, WAIT_DONE: tl.constexpr, HINT: tl.constexpr):
+    # Rank s's input is at src + s * src_step: src_step is 0 for a separate input (same offset on every
+    # rank), n in place (each rank's input is its own slice of the output, at a different offset).
+    ctx = DeviceContext.initialize(context, rank, world)
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    epoch = tl.load(epochs + pid) + 1
+    exchange(ctx, flags, ARRIVED, epoch, pid, num_programs)
+    for i in tl.static_range(world):
+        source: tl.constexpr = (rank + i) % world  # every rank starts with a different peer
+        for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
+            offs = block * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < n
+            value = tl.load(ctx.as_remote(src + source * src_step + offs, source, mask, HINT), mask=mask)
+            tl.store(out + source * n + offs, value, mask=mask)
+    if WAIT_DONE:  # nobody reads this rank's input any more
+        exchange(ctx, flags, DONE, epoch, pid, num_programs)
+    tl.store(epochs + pid, epoch)
+
+
+def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, config=None,
+               workspace=None) -> Workspace:
+    """Gather every rank's ``input_tensor`` into ``output_tensor`` (concatenated along dim 0); collective.
+
+    Parameters
+    ----------
+    output_tensor : torch.Tensor
+        Shape ``(world * M, ...)``, contiguous, on the heap.
+    input_tensor : torch.Tensor
+        Shape ``(M, ...)``, same dtype, contiguous, on the heap; may be this rank's slice of the output.
+    ctx : iris.Iris
+    group : None
+    async_op : bool
+        True: return at once; ``wait()`` on the result (a device barrier) before reusing the tensors.
+    config : Config, optional
+    workspace : Workspace, optional
+        From an earlier call with the same shapes (``ctx.ccl`` keeps one for you).
+
+    Returns
+    -------
+    Workspace
+        Pass it to the next call; it is also the Work handle of an ``async_op=True`` call.
+
+    Examples
+    --------
+    >>> ws = iris.ccl.all_gather(out, inp, ctx)       # doctest: +SKIP
+    """
+    config = config or Config()
+    check_group(ctx, group)
+    check_tensors(ctx, "all_gather", output_tensor, input_tensor)
+    world, rank, n = ctx.num_ranks, ctx.cur_rank, input_tensor.numel()
+    expected = (world * input_tensor.shape[0], *input_tensor.shape[1:]) if input_tensor.dim() else (world,)
+    if tuple(output_tensor.shape) != expected:
+        raise ValueError(f"rank {rank}: all_gather of input {list(input_tensor.shape)} over {world} ranks needs "
+                         f"an output of shape {list(expected)}, got {list(output_tensor.shape)}")
+    own_slice = output_tensor.data_ptr() + rank * n * output_tensor.element_size()
+    if overlaps(output_tensor, input_tensor) and input_tensor.data_ptr() != own_slice:
+        raise ValueError(f"rank {rank}: all_gather input overlaps the output other than as this rank's slice "
+                         f"out[{rank} * M:{rank + 1} * M]; use that slice or a separate tensor")
+    block = block_size(ctx, config)
+    grid = programs(ctx, config, cdiv(n, block))
+    key = ("all_gather", "pull", n, input_tensor.dtype, grid, block)
+    workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS)
+    in_place = input_tensor.data_ptr() == own_slice
+    src, src_step = (output_tensor, n) if in_place else (input_tensor, 0)
+    all_gather_kernel[(grid,)](ctx.get_device_context(), src, src_step, output_tensor, workspace.flags,
+                               workspace.epochs, n, rank=rank, world=world, BLOCK=block, WAIT_DONE=not async_op,
+                               HINT=hint(*((src, s * src_step) for s in range(world))), num_warps=config.num_warps)
+    return workspace

@@ -1,0 +1,256 @@
+"""all_reduce: every rank's output becomes the elementwise sum of every rank's input.
+
+Four algorithms, all over flat blocks of the flattened tensors, summing in float32:
+
+* ``one_shot``: each rank reads every rank's input and sums locally. One read of (world - 1) x the data
+  per rank, two flag exchanges: lowest latency, the choice for small tensors.
+* ``two_shot``: reduce_scatter then all_gather: rank r reads every rank's r-th chunk, sums it, and writes
+  the sum into every rank's output. Each rank moves 2 (world - 1) / world x the data: the bandwidth choice.
+* ``ring``: the classic ring (world - 1 reduce-scatter steps then world - 1 all-gather steps, each only to
+  the right neighbour), partial sums in a heap scratch buffer. As much data as two_shot but 2 (world - 1)
+  dependent steps: for rings of links; on a fully connected NVLink/NVSwitch machine two_shot is never
+  slower. Partial sums are rounded to the tensor's dtype between steps (as NCCL's ring does).
+* ``atomic``: each rank atomically adds its input (as float32) into every rank's float32 accumulator, then
+  each converts its accumulator into its output and zeroes it. One flag exchange; the accumulators are
+  double-buffered by call parity, so a call never waits for peers to finish reading. Remote float atomics
+  are slower than loads and stores: there for comparison and upstream parity.
+
+Size rule (``Config(all_reduce_variant=None)``, :func:`choose_variant`): one_shot while the bytes each rank
+reads, ``nbytes * (world - 1)``, are at most 1 MiB; two_shot above.
+
+Every algorithm ends (``async_op=False``) with the ranks knowing that no peer still reads their input or
+writes their output, so both may be reused at once in stream order. ``out`` may be ``inp`` for two_shot and
+atomic (every rank reads its chunk of an input before anyone writes it); one_shot and ring need separate
+tensors. Inputs are left intact.
+
+Examples
+--------
+>>> inp = ctx.randn(4096, dtype=torch.bfloat16); out = ctx.zeros_like(inp)        # doctest: +SKIP
+>>> ws = ctx.ccl.all_reduce(out, inp)                       # out = sum over ranks of inp
+>>> ws = ctx.ccl.all_reduce(out, inp, workspace=ws)         # repeated: no allocation, graph-capturable
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..device import DeviceContext
+from .config import Config
+from .launch import block_size, cdiv, check_group, check_op, check_tensors, hint, overlaps, programs
+from .reduce_scatter import SLOTS as TWO_SHOT_SLOTS
+from .reduce_scatter import chunk_size, launch_reduce_chunks, launch_shape, sum_over_ranks
+from .sync import exchange, flag_of, signal, wait_for
+from .workspace import Workspace, reuse_or_allocate
+
+ONE_SHOT_BYTES_READ = 1 << 20  # one_shot below this many bytes read per rank, two_shot above
+IN_PLACE_VARIANTS = ("two_shot", "atomic")
+ARRIVED, DONE = 0, 1  # one_shot's flag slots
+ADDED = 0  # atomic's flag slot
+
+
+def choose_variant(nbytes: int, world: int) -> str:
+    """The size rule: one_shot while ``nbytes * (world - 1) <= 1 MiB``, else two_shot.
+
+    Examples
+    --------
+    >>> choose_variant(256 << 10, 2), choose_variant(256 << 10, 8), choose_variant(64 << 20, 2)
+    ('one_shot', 'two_shot', 'two_shot')
+    """
+    return "one_shot" if nbytes * max(world - 1, 1) <= ONE_SHOT_BYTES_READ else "two_shot"
+
+
+# ---------------------------------------------------------------------------------------------- one_shot
+
+@triton.jit
+def one_shot_kernel(context, inp, out, flags, epochs, n, rank: tl.constexpr, world: tl.constexpr,
+                    BLOCK: tl.constexpr, WAIT_DONE: tl.constexpr, HINT: tl.constexpr):
+    ctx = DeviceContext.initialize(context, rank, world)
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    epoch = tl.load(epochs + pid) + 1
+    exchange(ctx, flags, ARRIVED, epoch, pid, num_programs)
+    for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
+        offs = block * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        total = sum_over_ranks(ctx, inp + offs, mask, BLOCK, HINT)
+        tl.store(out + offs, total.to(out.dtype.element_ty), mask=mask)
+    if WAIT_DONE:  # nobody reads this rank's input any more
+        exchange(ctx, flags, DONE, epoch, pid, num_programs)
+    tl.store(epochs + pid, epoch)
+
+
+# ---------------------------------------------------------------------------------------------- ring
+# Flag slot t (0 <= t < 2 (world - 1)) of rank r is set by its left neighbour: slot 0 when its input is
+# ready, slot t when it has finished step t - 1. Slot 2 (world - 1) is set by the right neighbour when it
+# has finished reading this rank's buffers.
+
+@triton.jit
+def ring_step(ctx, src, partial, out, n, chunk, pid, num_programs, step: tl.constexpr, BLOCK: tl.constexpr,
+              HINT: tl.constexpr):
+    """Step ``step`` of the ring over this program's blocks of one chunk."""
+    rank: tl.constexpr = ctx.rank
+    world: tl.constexpr = ctx.world_size
+    left: tl.constexpr = (rank + world - 1) % world
+    if step < world - 1:  # reduce-scatter: own input + left's partial sum of chunk (rank - step - 1)
+        index: tl.constexpr = (rank + 2 * world - step - 1) % world
+    else:  # all-gather: copy left's finished chunk (rank - (step - world + 1))
+        index: tl.constexpr = (rank + 2 * world - (step - world + 1)) % world
+    for block in range(pid, tl.cdiv(chunk, BLOCK), num_programs):
+        offs = index * chunk + block * BLOCK + tl.arange(0, BLOCK)
+        mask = (offs < (index + 1) * chunk) & (offs < n)
+        if step < world - 1:
+            left_sum = src if step == 0 else partial  # step 0 reads left's input itself
+            value = tl.load(ctx.as_remote(left_sum + offs, left, mask, HINT), mask=mask).to(tl.float32)
+            value = (value + tl.load(src + offs, mask=mask).to(tl.float32)).to(out.dtype.element_ty)
+            if step == world - 2:  # the chunk is complete: it goes straight to the output
+                tl.store(out + offs, value, mask=mask)
+            else:
+                tl.store(partial + offs, value, mask=mask)
+        else:
+            tl.store(out + offs, tl.load(ctx.as_remote(out + offs, left, mask, HINT), mask=mask), mask=mask)
+
+
+@triton.jit
+def ring_kernel(context, inp, out, partial, flags, epochs, n, chunk, rank: tl.constexpr, world: tl.constexpr,
+                BLOCK: tl.constexpr, WAIT_DONE: tl.constexpr, HINT: tl.constexpr):
+    ctx = DeviceContext.initialize(context, rank, world)
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    epoch = tl.load(epochs + pid) + 1
+    left: tl.constexpr = (rank + world - 1) % world
+    right: tl.constexpr = (rank + 1) % world
+    steps: tl.constexpr = 2 * (world - 1)
+    for step in tl.static_range(steps):
+        tl.debug_barrier()  # on a GPU: the whole previous step before the (one-thread) release
+        signal(ctx, flag_of(flags, step, rank, pid, num_programs, world), epoch, right)
+        wait_for(flag_of(flags, step, left, pid, num_programs, world), epoch)
+        ring_step(ctx, inp, partial, out, n, chunk, pid, num_programs, step, BLOCK, HINT)
+    if WAIT_DONE:  # the right neighbour no longer reads this rank's buffers
+        tl.debug_barrier()
+        signal(ctx, flag_of(flags, steps, rank, pid, num_programs, world), epoch, left)
+        wait_for(flag_of(flags, steps, right, pid, num_programs, world), epoch)
+    tl.store(epochs + pid, epoch)
+
+
+# ---------------------------------------------------------------------------------------------- atomic
+
+@triton.jit
+def atomic_kernel(context, inp, out, accumulators, flags, epochs, n, rank: tl.constexpr, world: tl.constexpr,
+                  BLOCK: tl.constexpr, HINT: tl.constexpr):
+    ctx = DeviceContext.initialize(context, rank, world)
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    epoch = tl.load(epochs + pid) + 1
+    # Call k uses accumulator k % 2, zeroed by its owner at call k - 2, before this rank's call k - 1 ended.
+    acc = accumulators + (epoch % 2) * n
+    for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
+        offs = block * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        value = tl.load(inp + offs, mask=mask).to(tl.float32)
+        for i in tl.static_range(world):
+            peer: tl.constexpr = (rank + i) % world
+            tl.atomic_add(ctx.as_remote(acc + offs, peer, mask, HINT), value, mask=mask, sem="relaxed",
+                          scope="sys")
+    exchange(ctx, flags, ADDED, epoch, pid, num_programs)
+    for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
+        offs = block * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out + offs, tl.load(acc + offs, mask=mask).to(out.dtype.element_ty), mask=mask)
+        tl.store(acc + offs, tl.zeros([BLOCK], tl.float32), mask=mask)
+    tl.store(epochs + pid, epoch)
+
+
+# ---------------------------------------------------------------------------------------------- host side
+
+def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace=None) -> Workspace:
+    """The workspace an all_reduce of these tensors needs: ``workspace`` if it fits, else a new one (collective).
+
+    Examples
+    --------
+    >>> ws = iris.ccl.all_reduce_preamble(out, inp, ctx)    # doctest: +SKIP
+    """
+    config = config or Config()
+    n, world = input_tensor.numel(), ctx.num_ranks
+    variant = config.all_reduce_variant or choose_variant(n * input_tensor.element_size(), world)
+    block = block_size(ctx, config)
+    slots, scratch = 2, None
+    if variant == "two_shot":
+        grid, slots = launch_shape(ctx, input_tensor, config), TWO_SHOT_SLOTS
+    elif variant == "ring":
+        grid = programs(ctx, config, cdiv(chunk_size(n, world), block))
+        slots, scratch = 2 * world - 1, (n, input_tensor.dtype)  # scratch: partial sums
+    else:
+        grid = programs(ctx, config, cdiv(n, block))
+        if variant == "atomic":
+            slots, scratch = 1, (2 * n, torch.float32)  # scratch: two accumulators
+    key = ("all_reduce", variant, n, input_tensor.dtype, grid, block)
+    return reuse_or_allocate(ctx, workspace, key, grid, slots, scratch)
+
+
+def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=False, config=None,
+               workspace=None) -> Workspace:
+    """Sum ``input_tensor`` over all ranks into ``output_tensor``; collective (every rank calls it).
+
+    Parameters
+    ----------
+    output_tensor, input_tensor : torch.Tensor
+        Same shape, float32/float16/bfloat16, contiguous, on the heap (``ctx.zeros`` etc.). The same tensor
+        only for the two_shot and atomic variants.
+    ctx : iris.Iris
+    op : ReduceOp or None
+        Only SUM (None means SUM).
+    group : None
+        Sub-groups are not supported.
+    async_op : bool
+        False: in stream order after the call, the output is complete and both tensors reusable. True:
+        skip the final flag exchange; ``workspace.wait()`` (a device barrier) completes the call and must
+        come before the tensors or the workspace are used again.
+    config : Config, optional
+        ``all_reduce_variant`` picks the algorithm (None: by size, see :func:`choose_variant`).
+    workspace : Workspace, optional
+        Returned by an earlier call with the same shape, dtype and config: reused without allocating.
+
+    Returns
+    -------
+    Workspace
+        Pass it back next time; its ``wait()`` completes an ``async_op=True`` call.
+
+    Examples
+    --------
+    >>> ws = iris.ccl.all_reduce(out, inp, ctx, config=Config(all_reduce_variant="ring"))  # doctest: +SKIP
+    """
+    config = config or Config()
+    check_op(ctx, op)
+    check_group(ctx, group)
+    check_tensors(ctx, "all_reduce", output_tensor, input_tensor, reduce=True)
+    if output_tensor.shape != input_tensor.shape:
+        raise ValueError(f"rank {ctx.cur_rank}: all_reduce output {list(output_tensor.shape)} and input "
+                         f"{list(input_tensor.shape)} must have the same shape")
+    workspace = all_reduce_preamble(output_tensor, input_tensor, ctx, config, workspace)
+    variant = workspace.key[1]
+    if overlaps(output_tensor, input_tensor) and (
+            variant not in IN_PLACE_VARIANTS or output_tensor.data_ptr() != input_tensor.data_ptr()):
+        raise ValueError(f"rank {ctx.cur_rank}: all_reduce variant {variant!r} needs an output separate from the "
+                         f"input; only {IN_PLACE_VARIANTS} run in place (output is input)")
+    n, world, rank = input_tensor.numel(), ctx.num_ranks, ctx.cur_rank
+    grid, block, wait_done = (workspace.programs,), workspace.key[5], not async_op
+    common = dict(rank=rank, world=world, BLOCK=block, num_warps=config.num_warps)
+    if variant == "one_shot":
+        one_shot_kernel[grid](ctx.get_device_context(), input_tensor, output_tensor, workspace.flags,
+                              workspace.epochs, n, WAIT_DONE=wait_done, HINT=hint((input_tensor, 0)), **common)
+    elif variant == "two_shot":
+        launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, gather=True, wait_done=wait_done)
+    elif variant == "ring":
+        if world == 1:
+            output_tensor.copy_(input_tensor)  # a ring of one has no steps
+            return workspace
+        ring_kernel[grid](ctx.get_device_context(), input_tensor, output_tensor, workspace.scratch,
+                          workspace.flags, workspace.epochs, n, chunk_size(n, world), WAIT_DONE=wait_done,
+                          HINT=hint((input_tensor, 0), (output_tensor, 0), (workspace.scratch, 0)), **common)
+    else:
+        atomic_kernel[grid](ctx.get_device_context(), input_tensor, output_tensor, workspace.scratch,
+                            workspace.flags, workspace.epochs, n,
+                            HINT=hint((workspace.scratch, 0), (workspace.scratch, n)), **common)
+    return workspace

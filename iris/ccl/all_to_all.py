@@ -1,0 +1,99 @@
+"""all_to_all: column chunk j of every rank's input goes to rank j.
+
+As upstream Iris: input and output are both (M, N * world). Rank r's input columns ``[j * N, (j + 1) * N)``
+land in rank j's output columns ``[r * N, (r + 1) * N)``. Each rank pulls its column chunk from every
+peer's input, tile by tile (``Config.block_size_m`` x ``block_size_n``), starting with a different peer on
+every rank. The output must be a tensor separate from the input.
+
+Examples
+--------
+>>> inp = ctx.randn(8, 4 * ctx.num_ranks); out = ctx.zeros_like(inp)     # doctest: +SKIP
+>>> ctx.ccl.all_to_all(out, inp)    # out[:, 4 * s:4 * s + 4] == rank s's inp[:, 4 * r:4 * r + 4]
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ..device import DeviceContext
+from .config import Config
+from .launch import cdiv, check_group, check_tensors, overlaps, programs
+from .sync import exchange
+from .workspace import Workspace, reuse_or_allocate
+
+ARRIVED, DONE = 0, 1
+SLOTS = 2
+
+
+@triton.jit
+def all_to_all_kernel(context, inp, out, flags, epochs, M, N, stride_m, rank: tl.constexpr, world: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WAIT_DONE: tl.constexpr, HINT: tl.constexpr):
+    ctx = DeviceContext.initialize(context, rank, world)
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    epoch = tl.load(epochs + pid) + 1
+    exchange(ctx, flags, ARRIVED, epoch, pid, num_programs)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    for i in tl.static_range(world):
+        source: tl.constexpr = (rank + i) % world
+        for tile in range(pid, tl.cdiv(M, BLOCK_M) * tiles_n, num_programs):
+            rows = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+            cols = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+            mask = (rows < M)[:, None] & (cols < N)[None, :]
+            src = inp + rows[:, None] * stride_m + (rank * N + cols)[None, :]
+            value = tl.load(ctx.as_remote(src, source, mask, HINT), mask=mask)
+            tl.store(out + rows[:, None] * stride_m + (source * N + cols)[None, :], value, mask=mask)
+    if WAIT_DONE:  # nobody reads this rank's input any more
+        exchange(ctx, flags, DONE, epoch, pid, num_programs)
+    tl.store(epochs + pid, epoch)
+
+
+def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, config=None,
+               workspace=None) -> Workspace:
+    """Send column chunk j of ``input_tensor`` to rank j, receiving rank s's chunk into columns s; collective.
+
+    Parameters
+    ----------
+    output_tensor, input_tensor : torch.Tensor
+        Both (M, N * world), same dtype, contiguous, on the heap, separate.
+    ctx : iris.Iris
+    group : None
+    async_op : bool
+        True: return at once; ``wait()`` on the result (a device barrier) before reusing the tensors.
+    config : Config, optional
+        ``block_size_m`` x ``block_size_n`` is the tile one program moves per step.
+    workspace : Workspace, optional
+        From an earlier call with the same shapes (``ctx.ccl`` keeps one for you).
+
+    Returns
+    -------
+    Workspace
+        Pass it to the next call; it is also the Work handle of an ``async_op=True`` call.
+
+    Examples
+    --------
+    >>> ws = iris.ccl.all_to_all(out, inp, ctx)       # doctest: +SKIP
+    """
+    config = config or Config()
+    check_group(ctx, group)
+    check_tensors(ctx, "all_to_all", output_tensor, input_tensor)
+    world, rank = ctx.num_ranks, ctx.cur_rank
+    if input_tensor.dim() != 2 or input_tensor.shape[1] % world or output_tensor.shape != input_tensor.shape:
+        raise ValueError(f"rank {rank}: all_to_all needs input and output of one shape (M, N * {world}), got input "
+                         f"{list(input_tensor.shape)} and output {list(output_tensor.shape)}")
+    if overlaps(output_tensor, input_tensor):
+        raise ValueError(f"rank {rank}: all_to_all output overlaps the input: peers still read the input while "
+                         "the output is written; use a separate tensor")
+    M, N = input_tensor.shape[0], input_tensor.shape[1] // world
+    bm, bn = config.block_size_m, config.block_size_n
+    grid = programs(ctx, config, cdiv(M, bm) * cdiv(N, bn))
+    key = ("all_to_all", "pull", input_tensor.numel(), input_tensor.dtype, grid, (bm, bn))
+    workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS)
+    row_bytes, col_bytes = input_tensor.stride(0) * input_tensor.element_size(), N * input_tensor.element_size()
+    aligned = input_tensor.data_ptr() % 16 == 0 and row_bytes % 16 == 0 and col_bytes % 16 == 0 and bn >= 16
+    all_to_all_kernel[(grid,)](ctx.get_device_context(), input_tensor, output_tensor, workspace.flags,
+                               workspace.epochs, M, N, input_tensor.stride(0), rank=rank, world=world,
+                               BLOCK_M=bm, BLOCK_N=bn, WAIT_DONE=not async_op, HINT=(1, 16) if aligned else None,
+                               num_warps=config.num_warps)
+    return workspace

@@ -1,0 +1,102 @@
+"""What a caller can ask of a collective: :class:`Config` (launch shape, algorithm) and :class:`ReduceOp`.
+
+Field names follow upstream Iris's ``iris.ccl.Config`` so that upstream code ports unchanged; fields that
+tune upstream's tiled AMD kernels (swizzling, XCDs, rings) are accepted and validated but have no effect on
+these kernels, which work on flat blocks.
+
+Examples
+--------
+>>> from iris.ccl import Config
+>>> Config(all_reduce_variant="two_shot", block_size=1024).all_reduce_variant
+'two_shot'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "ring", "atomic")
+
+
+class ReduceOp(IntEnum):
+    """Reductions, numbered as upstream Iris; only ``SUM`` is implemented."""
+
+    SUM = 0
+    PRODUCT = 1
+    MIN = 2
+    MAX = 3
+    BAND = 4
+    BOR = 5
+    BXOR = 6
+
+
+@dataclass
+class Config:
+    """How a collective runs.
+
+    Parameters
+    ----------
+    all_reduce_variant : {None, "one_shot", "two_shot", "ring", "atomic"}
+        None picks by size (see :func:`iris.ccl.all_reduce.choose_variant`).
+    block_size : int, optional
+        Elements one program moves per step of the flat (1-D) kernels; a multiple of 16. Default: 4096 on
+        a GPU, 1024 on the CPU interpreter (whose cost is per operation, not per element).
+    block_size_m, block_size_n : int
+        Tile of the 2-D all_to_all kernel, powers of two.
+    comm_sms : int, optional
+        Most programs a collective launches. Kernels wait on other ranks, so every program must be resident
+        at once: at most the SM count on a GPU (default: the SM count; 2 on the CPU interpreter).
+    num_warps : int
+        Warps per program on a GPU.
+    use_gluon : bool
+        Upstream's Gluon kernels; not available here (NotImplementedError when True).
+    reduce_scatter_variant : {"two_shot"}
+        The only reduce_scatter algorithm, as upstream.
+    swizzle_size, num_xcds, chunk_size, all_reduce_distribution, all_reduce_num_rings, all_reduce_ring_slice_n
+        Upstream's tuning knobs for AMD's tiled kernels: checked, but without effect here.
+
+    Examples
+    --------
+    >>> Config(comm_sms=32, block_size=2048)          # doctest: +ELLIPSIS
+    Config(all_reduce_variant=None, block_size=2048, ...)
+    """
+
+    all_reduce_variant: str | None = None
+    block_size: int | None = None
+    block_size_m: int = 32
+    block_size_n: int = 64
+    comm_sms: int | None = None
+    num_warps: int = 8
+    use_gluon: bool = False
+    reduce_scatter_variant: str = "two_shot"
+    swizzle_size: int = 6
+    num_xcds: int | None = None
+    chunk_size: int | None = None
+    all_reduce_distribution: int = 0
+    all_reduce_num_rings: int = 1
+    all_reduce_ring_slice_n: int | None = None
+
+    def __post_init__(self):
+        if self.all_reduce_variant not in (None, *ALL_REDUCE_VARIANTS):
+            raise ValueError(f"all_reduce_variant={self.all_reduce_variant!r}: use one of {ALL_REDUCE_VARIANTS} "
+                             "or None (chosen by size)")
+        if self.reduce_scatter_variant != "two_shot":
+            raise ValueError(f"reduce_scatter_variant={self.reduce_scatter_variant!r}: only 'two_shot' exists")
+        if self.block_size is not None and (self.block_size <= 0 or self.block_size % 16):
+            raise ValueError(f"block_size={self.block_size}: use a positive multiple of 16")
+        for name in ("block_size_m", "block_size_n"):
+            value = getattr(self, name)
+            if value <= 0 or value & (value - 1):
+                raise ValueError(f"{name}={value}: use a power of two")
+        for name in ("comm_sms", "num_xcds", "chunk_size", "all_reduce_ring_slice_n"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name}={value}: use a positive number or None")
+        if self.num_warps <= 0 or self.swizzle_size <= 0 or self.all_reduce_num_rings <= 0:
+            raise ValueError("num_warps, swizzle_size and all_reduce_num_rings must be positive")
+        if self.all_reduce_distribution not in (0, 1):
+            raise ValueError(f"all_reduce_distribution={self.all_reduce_distribution}: use 0 (striding) or 1 (block)")
+        if self.use_gluon:
+            raise NotImplementedError("Config(use_gluon=True): iris-workbench's collectives are Triton kernels; "
+                                      "leave use_gluon=False")

@@ -1,0 +1,70 @@
+"""``ctx.ccl``: the collectives as methods of a context, with upstream Iris's ``Iris.CCL`` signatures.
+
+It keeps the most recent workspace of each collective (and variant), so repeated calls with the same shapes
+allocate nothing and may be captured in a CUDA graph once a first call has run outside the capture.
+
+Examples
+--------
+>>> ctx.ccl.all_reduce(out, inp)                             # doctest: +SKIP
+>>> ctx.ccl.all_gather(gathered, inp)
+>>> ctx.ccl.barrier()                                        # same as ctx.device_barrier()
+"""
+
+from __future__ import annotations
+
+from .all_gather import all_gather
+from .all_reduce import all_reduce, all_reduce_preamble
+from .all_to_all import all_to_all
+from .barrier import device_barrier
+from .config import Config
+from .reduce_scatter import reduce_scatter
+from .workspace import Workspace
+
+
+class CCL:
+    """Collectives over every rank of ``ctx``; every method is collective (all ranks call it alike)."""
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+        self._workspaces: dict[tuple, Workspace] = {}
+
+    def _cached(self, collective: str, config: Config | None) -> Workspace | None:
+        return self._workspaces.get((collective, (config or Config()).all_reduce_variant))
+
+    def _keep(self, collective: str, config: Config | None, workspace: Workspace) -> Workspace:
+        self._workspaces[(collective, (config or Config()).all_reduce_variant)] = workspace
+        return workspace
+
+    def all_reduce_preamble(self, output_tensor, input_tensor, config=None, workspace=None) -> Workspace:
+        """The workspace :meth:`all_reduce` would use for these tensors (allocated now if needed)."""
+        workspace = workspace or self._cached("all_reduce", config)
+        return self._keep("all_reduce", config,
+                          all_reduce_preamble(output_tensor, input_tensor, self._ctx, config, workspace))
+
+    def all_reduce(self, output_tensor, input_tensor, op=None, group=None, async_op=False, config=None,
+                   workspace=None) -> Workspace:
+        """Sum over ranks into ``output_tensor``; returns the workspace (see :func:`iris.ccl.all_reduce`)."""
+        workspace = workspace or self._cached("all_reduce", config)
+        return self._keep("all_reduce", config, all_reduce(output_tensor, input_tensor, self._ctx, op, group,
+                                                           async_op, config, workspace))
+
+    def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None) -> Workspace:
+        """Concatenate every rank's input along dim 0 (see :func:`iris.ccl.all_gather`)."""
+        return self._keep("all_gather", None, all_gather(output_tensor, input_tensor, self._ctx, group, async_op,
+                                                         config, self._cached("all_gather", None)))
+
+    def all_to_all(self, output_tensor, input_tensor, group=None, async_op=False, config=None) -> Workspace:
+        """Column chunk j of the input to rank j (see :func:`iris.ccl.all_to_all`)."""
+        return self._keep("all_to_all", None, all_to_all(output_tensor, input_tensor, self._ctx, group, async_op,
+                                                         config, self._cached("all_to_all", None)))
+
+    def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False,
+                       config=None) -> Workspace:
+        """This rank's chunk of the sum over ranks (see :func:`iris.ccl.reduce_scatter`)."""
+        return self._keep("reduce_scatter", None, reduce_scatter(
+            output_tensor, input_tensor, self._ctx, op, group, async_op, config,
+            self._cached("reduce_scatter", None)))
+
+    def barrier(self, group=None) -> None:
+        """Device-side barrier over all ranks (see :func:`iris.ccl.device_barrier`)."""
+        self._keep("barrier", None, device_barrier(self._ctx, group, self._cached("barrier", None)))

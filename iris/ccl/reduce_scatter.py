@@ -1,0 +1,138 @@
+"""reduce_scatter: rank r sums every rank's r-th chunk of the input into the r-th chunk of its output.
+
+Same shape in and out (as upstream Iris). The flattened tensor of ``n`` elements is cut into ``world``
+contiguous chunks of ``chunk = ceil(n / world)`` elements rounded up to a multiple of 16 (so that chunks
+start 16-element aligned and remote accesses can be wide): rank r owns elements
+``[r * chunk, min((r + 1) * chunk, n))`` (the last ranks' chunks may be shorter or empty). Rank r writes
+exactly its chunk; every other element of its output is left as it was. ``out`` may be ``inp`` (in place):
+no rank reads another rank's chunk of someone else's input.
+
+The kernel is also the two_shot all_reduce: with ``GATHER`` each rank then writes its reduced chunk into
+every rank's output.
+
+Examples
+--------
+>>> inp = ctx.randn(1000, dtype=torch.bfloat16); out = ctx.zeros_like(inp)     # doctest: +SKIP
+>>> ctx.ccl.reduce_scatter(out, inp)
+>>> lo, hi = iris.ccl.owned_range(1000, ctx.cur_rank, ctx.num_ranks)
+>>> out[lo:hi]   # the sum over ranks of inp[lo:hi]; out elsewhere untouched
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ..device import DeviceContext
+from .config import Config
+from .launch import block_size, cdiv, check_group, check_op, check_tensors, hint, overlaps, programs
+from .sync import exchange
+from .workspace import reuse_or_allocate
+
+ARRIVED, DONE = 0, 1  # flag slots: inputs ready; peers done reading (and, with GATHER, writing)
+SLOTS = 2
+
+
+def chunk_size(n: int, world: int) -> int:
+    """Elements per rank's chunk: ceil(n / world) rounded up to a multiple of 16."""
+    return cdiv(cdiv(n, world), 16) * 16
+
+
+def owned_range(n: int, rank: int, world: int) -> tuple[int, int]:
+    """``[lo, hi)``: the flattened elements ``rank`` reduces (possibly empty)."""
+    chunk = chunk_size(n, world)
+    return min(rank * chunk, n), min((rank + 1) * chunk, n)
+
+
+@triton.jit
+def sum_over_ranks(ctx, ptrs, mask, BLOCK: tl.constexpr, HINT: tl.constexpr):
+    """fp32 sum of every rank's copy of ``ptrs``, added in rank order so that every rank gets the same bits."""
+    total = tl.zeros([BLOCK], tl.float32)
+    for source in tl.static_range(ctx.world_size):
+        total += tl.load(ctx.as_remote(ptrs, source, mask, HINT), mask=mask).to(tl.float32)
+    return total
+
+
+@triton.jit
+def reduce_chunk_kernel(context, inp, out, flags, epochs, n, chunk, rank: tl.constexpr, world: tl.constexpr,
+                        BLOCK: tl.constexpr, GATHER: tl.constexpr, WAIT_DONE: tl.constexpr, HINT: tl.constexpr):
+    ctx = DeviceContext.initialize(context, rank, world)
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    epoch = tl.load(epochs + pid) + 1
+    exchange(ctx, flags, ARRIVED, epoch, pid, num_programs)
+    start = rank * chunk
+    end = tl.minimum(start + chunk, n)
+    for block in range(pid, tl.cdiv(chunk, BLOCK), num_programs):
+        offs = start + block * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < end
+        total = sum_over_ranks(ctx, inp + offs, mask, BLOCK, HINT).to(out.dtype.element_ty)
+        if GATHER:
+            for i in tl.static_range(world):
+                peer: tl.constexpr = (rank + i) % world  # everyone starts with a different peer
+                tl.store(ctx.as_remote(out + offs, peer, mask, HINT), total, mask=mask)
+        else:
+            tl.store(out + offs, total, mask=mask)
+    if WAIT_DONE:
+        exchange(ctx, flags, DONE, epoch, pid, num_programs)
+    tl.store(epochs + pid, epoch)
+
+
+def launch_reduce_chunks(ctx, out, inp, workspace, config: Config, gather: bool, wait_done: bool) -> None:
+    """Launch the kernel over ``workspace.programs`` programs (see :func:`launch_shape`)."""
+    n, world = inp.numel(), ctx.num_ranks
+    chunk = chunk_size(n, world)
+    reduce_chunk_kernel[(workspace.programs,)](
+        ctx.get_device_context(), inp, out, workspace.flags, workspace.epochs, n, chunk,
+        rank=ctx.cur_rank, world=world, BLOCK=block_size(ctx, config), GATHER=gather, WAIT_DONE=wait_done,
+        HINT=hint((inp, 0), (out, 0)), num_warps=config.num_warps)
+
+
+def launch_shape(ctx, inp, config: Config) -> int:
+    """Programs for reducing one chunk of ``inp``."""
+    return programs(ctx, config, cdiv(chunk_size(inp.numel(), ctx.num_ranks), block_size(ctx, config)))
+
+
+def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_op=False, config=None,
+                   workspace=None):
+    """Sum every rank's ``input_tensor`` and keep this rank's chunk of the sum in ``output_tensor``; collective.
+
+    Parameters
+    ----------
+    output_tensor, input_tensor : torch.Tensor
+        Same shape, float32/float16/bfloat16, contiguous, on the heap; may be the same tensor.
+    ctx : iris.Iris
+    op : ReduceOp or None
+        Only SUM.
+    group : None
+    async_op : bool
+        False: on return (in stream order) the output is complete and the input reusable. True: returns a
+        :class:`~iris.ccl.workspace.Work`; call ``wait()`` first.
+    config : Config, optional
+    workspace : Workspace, optional
+        From an earlier call with the same shapes (``ctx.ccl`` keeps one for you).
+
+    Returns
+    -------
+    Workspace
+        Pass it to the next call; it is also the Work handle of an ``async_op=True`` call.
+
+    Examples
+    --------
+    >>> ws = iris.ccl.reduce_scatter(out, inp, ctx)       # doctest: +SKIP
+    """
+    config = config or Config()
+    check_op(ctx, op)
+    check_group(ctx, group)
+    check_tensors(ctx, "reduce_scatter", output_tensor, input_tensor, reduce=True)
+    if output_tensor.shape != input_tensor.shape:
+        raise ValueError(f"rank {ctx.cur_rank}: reduce_scatter output {list(output_tensor.shape)} and input "
+                         f"{list(input_tensor.shape)} must have the same shape")
+    if overlaps(output_tensor, input_tensor) and output_tensor.data_ptr() != input_tensor.data_ptr():
+        raise ValueError(f"rank {ctx.cur_rank}: reduce_scatter output partly overlaps the input; use the same "
+                         "tensor (in place) or separate ones")
+    grid = launch_shape(ctx, input_tensor, config)
+    key = ("reduce_scatter", "two_shot", input_tensor.numel(), input_tensor.dtype, grid, block_size(ctx, config))
+    workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS)
+    launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, gather=False, wait_done=not async_op)
+    return workspace

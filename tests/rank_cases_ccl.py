@@ -1,0 +1,263 @@
+"""Code that runs inside each rank for tests/test_ccl.py and tests/gpu/test_ccl_cuda.py.
+
+Every rank makes its inputs from a generator seeded by (rank, call), so each rank can also rebuild every
+peer's inputs and check its results against a torch reference without exchanging data. A failed check
+raises in the rank (the test shows its log). Backend: env ``IRIS_TEST_BACKEND`` ("cpu" by default).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+import iris
+from iris.ccl import ALL_REDUCE_VARIANTS, Config, ReduceOp
+
+BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+SENTINEL = -1234.0
+
+
+def _ctx(heap="64MiB"):
+    return iris.iris(heap, backend=BACKEND)
+
+
+def _values(rank, call, shape, dtype):
+    """Rank ``rank``'s input of call ``call``, as the dtype holds it."""
+    generator = torch.Generator().manual_seed(7919 * call + rank)
+    return torch.randn(shape, generator=generator).to(dtype)
+
+
+def _fill(ctx, tensor, rank, call):
+    tensor.copy_(_values(rank, call, tuple(tensor.shape), tensor.dtype).to(ctx.device))
+
+
+def _sum_reference(world, call, shape, dtype):
+    return sum(_values(r, call, shape, dtype).double() for r in range(world))
+
+
+def _tolerance(dtype, world):
+    # fp16/bf16 outputs round once (ring: once per hop); fp32 sums in another order (atomic).
+    return {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3 * world, 2e-3),
+            torch.bfloat16: (2e-2 * world, 2e-2)}[dtype]
+
+
+def _check_close(what, actual, expected, dtype, world):
+    atol, rtol = _tolerance(dtype, world)
+    actual = actual.detach().cpu().double()
+    if not torch.allclose(actual, expected, atol=atol, rtol=rtol):
+        worst = (actual - expected).abs().max().item()
+        raise AssertionError(f"{what}: max error {worst} over atol={atol}, rtol={rtol}")
+
+
+def _check_equal(what, actual, expected):
+    if not torch.equal(actual.detach().cpu(), expected):
+        raise AssertionError(f"{what}: got {actual.detach().cpu().flatten()[:8].tolist()}..., "
+                             f"expected {expected.flatten()[:8].tolist()}...")
+
+
+def _raises(kind, fragment, fn):
+    try:
+        fn()
+    except kind as error:
+        if fragment not in str(error):
+            raise AssertionError(f"expected {kind.__name__} mentioning {fragment!r}, got: {error}") from error
+        return str(error)
+    raise AssertionError(f"expected {kind.__name__} mentioning {fragment!r}, nothing raised")
+
+
+# ------------------------------------------------------------------ all_reduce
+
+def all_reduce_every_variant(shapes, block_size, calls=2):
+    """Every variant (and the size rule) x fp32/fp16/bf16 x ``shapes``: ``calls`` calls on one workspace with
+    new inputs each time, inputs left intact, then in place where allowed; all ranks agree bit for bit
+    where the summation order is fixed."""
+    ctx = _ctx()
+    r, world = ctx.cur_rank, ctx.num_ranks
+    checked = 0
+    for shape in map(tuple, shapes):
+        for dtype in DTYPES:
+            for variant in (*ALL_REDUCE_VARIANTS, None):
+                config = Config(all_reduce_variant=variant, block_size=block_size)
+                inp, out = ctx.zeros(shape, dtype=dtype), ctx.zeros(shape, dtype=dtype)
+                workspace = None
+                for call in range(calls):
+                    _fill(ctx, inp, r, call)
+                    before = inp.clone()
+                    returned = ctx.ccl.all_reduce(out, inp, config=config, workspace=workspace)
+                    if workspace is not None and returned is not workspace:
+                        raise AssertionError(f"{variant}: the workspace was not reused on call {call}")
+                    workspace = returned
+                    ctx.barrier()
+                    what = f"all_reduce {variant} {dtype} {shape} call {call}"
+                    _check_close(what, out, _sum_reference(world, call, shape, dtype), dtype, world)
+                    _check_equal(f"{what}: input left intact", inp, before.cpu())
+                    if variant in ("one_shot", "two_shot", "ring"):
+                        everyone = ctx.group.all_gather_object(out.cpu())
+                        if any(not torch.equal(o, everyone[0]) for o in everyone):
+                            raise AssertionError(f"{what}: ranks disagree")
+                    checked += 1
+                if variant in ("two_shot", "atomic"):
+                    _fill(ctx, inp, r, calls)
+                    ctx.barrier()
+                    ctx.ccl.all_reduce(inp, inp, config=config)
+                    ctx.barrier()
+                    _check_close(f"all_reduce {variant} {dtype} {shape} in place", inp,
+                                 _sum_reference(world, calls, shape, dtype), dtype, world)
+                    checked += 1
+                ctx.barrier()
+    return {"rank": r, "checked": checked, "variant_of_1KiB": iris.ccl.choose_variant(1024, world)}
+
+
+# ------------------------------------------------------------------ the other collectives
+
+def _all_gather(ctx, shape, dtype, in_place, config):
+    r, world = ctx.cur_rank, ctx.num_ranks
+    out = ctx.full((world * shape[0], *shape[1:]), SENTINEL, dtype=dtype)
+    inp = out[r * shape[0]:(r + 1) * shape[0]] if in_place else ctx.zeros(shape, dtype=dtype)
+    _fill(ctx, inp, r, 0)
+    before = inp.clone()
+    ctx.barrier()
+    ctx.ccl.all_gather(out, inp, config=config)
+    ctx.barrier()
+    expected = torch.cat([_values(s, 0, shape, dtype) for s in range(world)])
+    _check_equal(f"all_gather {dtype} {shape} in_place={in_place}", out, expected)
+    _check_equal(f"all_gather {dtype} {shape}: input intact", inp, before.cpu())
+
+
+def _all_to_all(ctx, rows, cols, dtype, config):
+    r, world = ctx.cur_rank, ctx.num_ranks
+    inp, out = ctx.zeros(rows, cols * world, dtype=dtype), ctx.zeros(rows, cols * world, dtype=dtype)
+    _fill(ctx, inp, r, 1)
+    ctx.barrier()
+    ctx.ccl.all_to_all(out, inp, config=config)
+    ctx.barrier()
+    expected = torch.cat([_values(s, 1, (rows, cols * world), dtype)[:, r * cols:(r + 1) * cols]
+                          for s in range(world)], dim=1)
+    _check_equal(f"all_to_all {dtype} ({rows}, {cols} x {world})", out, expected)
+
+
+def _reduce_scatter(ctx, shape, dtype, in_place, config):
+    r, world = ctx.cur_rank, ctx.num_ranks
+    inp = ctx.zeros(shape, dtype=dtype)
+    _fill(ctx, inp, r, 2)
+    out = inp if in_place else ctx.full(shape, SENTINEL, dtype=dtype)
+    before = inp.clone().cpu()
+    ctx.barrier()
+    ctx.ccl.reduce_scatter(out, inp, config=config)
+    ctx.barrier()
+    lo, hi = iris.ccl.owned_range(inp.numel(), r, world)
+    flat = out.flatten().cpu()
+    what = f"reduce_scatter {dtype} {shape} in_place={in_place}"
+    _check_close(what, flat[lo:hi], _sum_reference(world, 2, shape, dtype).flatten()[lo:hi], dtype, world)
+    untouched = before.flatten() if in_place else torch.full((inp.numel(),), SENTINEL, dtype=dtype)
+    _check_equal(f"{what}: elements other ranks own are untouched", torch.cat([flat[:lo], flat[hi:]]),
+                 torch.cat([untouched[:lo], untouched[hi:]]))
+    if not in_place:
+        _check_equal(f"{what}: input intact", inp, before)
+    return hi - lo
+
+
+def other_collectives(block_size):
+    """all_gather (also in place), all_to_all, reduce_scatter (also in place) in fp32/fp16/bf16 with odd
+    shapes, twice each (workspace reuse)."""
+    ctx = _ctx()
+    config = Config(block_size=block_size, block_size_m=4, block_size_n=16, comm_sms=3)
+    owned = []
+    for dtype in DTYPES:
+        for _ in range(2):
+            _all_gather(ctx, (5, 37), dtype, False, config)
+            _all_gather(ctx, (3, 7), dtype, True, config)
+            _all_to_all(ctx, 5, 19, dtype, config)
+            owned.append(_reduce_scatter(ctx, (5, 37), dtype, False, config))
+            _reduce_scatter(ctx, (7, 3), dtype, True, config)
+    return {"rank": ctx.cur_rank, "owned": owned[0]}
+
+
+# ------------------------------------------------------------------ device barrier, async_op, errors
+
+def barrier_async_and_errors():
+    """device_barrier orders host writes into peers' heaps, round after round; async_op returns at once
+    and wait() completes; bad arguments raise clear errors (before any rank communicates)."""
+    ctx = _ctx()
+    r, world = ctx.cur_rank, ctx.num_ranks
+    right, left = (r + 1) % world, (r - 1) % world
+    slot = ctx.zeros(8, dtype=torch.int32)
+    ctx.barrier()  # every slot zeroed before anyone writes into it
+    for round_ in range(6):  # without the barrier a rank would read its slot before the left one wrote it
+        ctx.as_remote(slot, right)[round_] = 100 * r + round_
+        ctx.device_barrier()
+        if int(slot[round_]) != 100 * left + round_:
+            raise AssertionError(f"device_barrier round {round_}: slot holds {int(slot[round_])}, "
+                                 f"expected {100 * left + round_}")
+        ctx.device_barrier()  # nobody writes the next round's slot before everyone read this one
+
+    inp = ctx.zeros(3, 40)
+    out = ctx.zeros(3, 40)
+    for call in range(3):
+        _fill(ctx, inp, r, call)
+        ctx.barrier()
+        for variant in ALL_REDUCE_VARIANTS:
+            work = ctx.ccl.all_reduce(out, inp, async_op=True, config=Config(all_reduce_variant=variant,
+                                                                             block_size=32))
+            work.wait()
+            _check_close(f"async all_reduce {variant} call {call}", out, _sum_reference(world, call, (3, 40),
+                         torch.float32), torch.float32, world)
+        gathered = ctx.zeros(3 * world, 40)
+        ctx.ccl.all_gather(gathered, inp, async_op=True).wait()
+        _check_equal(f"async all_gather call {call}", gathered,
+                     torch.cat([_values(s, call, (3, 40), torch.float32) for s in range(world)]))
+        ctx.barrier()
+
+    off_heap = torch.zeros(3, 40, device=ctx.device)
+    messages = [
+        _raises(NotImplementedError, "ReduceOp.SUM", lambda: ctx.ccl.all_reduce(out, inp, op=ReduceOp.MAX)),
+        _raises(NotImplementedError, "group=None", lambda: ctx.ccl.all_gather(out, inp, group=object())),
+        _raises(ValueError, "ctx.zeros", lambda: ctx.ccl.all_reduce(out, off_heap)),
+        _raises(ValueError, "separate", lambda: ctx.ccl.all_reduce(
+            inp, inp, config=Config(all_reduce_variant="one_shot"))),
+        _raises(ValueError, "shape", lambda: ctx.ccl.all_gather(out, inp)),
+        _raises(ValueError, "all_reduce_variant", lambda: Config(all_reduce_variant="tree")),
+    ]
+    ctx.barrier()
+    return {"rank": r, "messages": messages}
+
+
+# ------------------------------------------------------------------ CUDA graphs (GPU only)
+
+def graph_capture(numel):
+    """all_reduce (auto and every variant), all_gather and device_barrier captured in one CUDA graph,
+    replayed with new inputs: the epochs advance on the device."""
+    ctx = _ctx("256MiB")
+    r, world = ctx.cur_rank, ctx.num_ranks
+    dtype = torch.bfloat16
+    inp = ctx.zeros(numel, dtype=dtype)
+    outs = {v: ctx.zeros(numel, dtype=dtype) for v in (*ALL_REDUCE_VARIANTS, None)}
+    gathered = ctx.zeros(world * numel, dtype=dtype)
+    configs = {v: Config(all_reduce_variant=v) for v in outs}
+    workspaces = {v: ctx.ccl.all_reduce(outs[v], inp, config=configs[v]) for v in outs}  # allocate first
+    ctx.ccl.all_gather(gathered, inp)
+    ctx.device_barrier()
+    torch.cuda.synchronize()
+    ctx.barrier()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        for v in outs:
+            ctx.ccl.all_reduce(outs[v], inp, config=configs[v], workspace=workspaces[v])
+        ctx.ccl.all_gather(gathered, inp)
+        ctx.device_barrier()
+    for call in range(3):
+        _fill(ctx, inp, r, call)
+        torch.cuda.synchronize()
+        ctx.barrier()
+        graph.replay()
+        torch.cuda.synchronize()
+        ctx.barrier()
+        for v, out in outs.items():
+            _check_close(f"graph replay {call} all_reduce {v}", out, _sum_reference(world, call, (numel,), dtype),
+                         dtype, world)
+        _check_equal(f"graph replay {call} all_gather", gathered,
+                     torch.cat([_values(s, call, (numel,), dtype) for s in range(world)]))
+    return {"rank": r, "replays": 3}

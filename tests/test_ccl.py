@@ -1,0 +1,81 @@
+"""Collectives (iris.ccl) on the CPU backend with 2 and 3 real ranks, against torch references.
+
+The rank cases in tests/rank_cases_ccl.py check results inside each rank and raise on a mismatch; each
+multi-rank run is broad because process start-up dominates on small machines.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import iris
+from iris.ccl import Config, choose_variant, owned_range
+
+from .multirank import run_ranks
+
+CASES = "tests.rank_cases_ccl"
+ODD_SHAPES = [[5, 37], [1, 1000]]  # 185 and 1000 elements: neither a multiple of the 32-element blocks
+
+
+@pytest.fixture(autouse=True)
+def _no_heap_files(no_heap_files_left_behind):
+    yield
+
+
+# -- single-process: the public surface ------------------------------------------------------------
+
+def test_ccl_methods_have_upstream_signatures():
+    expected = {
+        "all_reduce": ["output_tensor", "input_tensor", "op", "group", "async_op", "config", "workspace"],
+        "all_gather": ["output_tensor", "input_tensor", "group", "async_op", "config"],
+        "all_to_all": ["output_tensor", "input_tensor", "group", "async_op", "config"],
+        "reduce_scatter": ["output_tensor", "input_tensor", "op", "group", "async_op", "config"],
+        "all_reduce_preamble": ["output_tensor", "input_tensor", "config", "workspace"],
+    }
+    for name, parameters in expected.items():
+        assert list(inspect.signature(getattr(iris.ccl.CCL, name)).parameters)[1:] == parameters, name
+    assert list(inspect.signature(iris.Iris.device_barrier).parameters) == ["self", "group"]
+    assert int(iris.ccl.ReduceOp.SUM) == 0 and int(iris.ccl.ReduceOp.BXOR) == 6
+
+
+def test_config_checks_its_fields():
+    assert Config().all_reduce_variant is None
+    for bad in (dict(all_reduce_variant="tree"), dict(block_size=100), dict(block_size_n=48),
+                dict(comm_sms=0), dict(reduce_scatter_variant="ring"), dict(all_reduce_distribution=2)):
+        with pytest.raises(ValueError):
+            Config(**bad)
+    with pytest.raises(NotImplementedError, match="use_gluon"):
+        Config(use_gluon=True)
+
+
+def test_size_rule_and_reduce_scatter_ownership():
+    assert choose_variant(256 << 10, 2) == "one_shot"
+    assert choose_variant(1 << 20, 2) == "one_shot" and choose_variant((1 << 20) + 2, 2) == "two_shot"
+    assert choose_variant(256 << 10, 8) == "two_shot"
+    ranges = [owned_range(185, r, 3) for r in range(3)]
+    assert ranges == [(0, 64), (64, 128), (128, 185)]
+    assert [owned_range(20, r, 4) for r in range(4)] == [(0, 16), (16, 20), (20, 20), (20, 20)]
+
+
+# -- multi-rank ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_all_reduce_every_variant_dtype_and_odd_shape(world):
+    results = run_ranks(world, f"{CASES}:all_reduce_every_variant", ODD_SHAPES, 32, timeout=240)
+    # per shape: 3 dtypes x (5 variants x 2 calls + 2 in place)
+    assert all(r["checked"] == len(ODD_SHAPES) * 3 * 12 for r in results)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_all_gather_all_to_all_reduce_scatter(world):
+    results = run_ranks(world, f"{CASES}:other_collectives", 32, timeout=240)
+    assert [r["owned"] for r in results] == [hi - lo for lo, hi in (owned_range(185, r, world)
+                                                                    for r in range(world))]
+
+
+def test_device_barrier_async_op_and_errors():
+    results = run_ranks(3, f"{CASES}:barrier_async_and_errors", timeout=240)
+    ranks_named = [all(f"rank {r['rank']}:" in m for m in r["messages"][:5]) for r in results]
+    assert all(ranks_named), results[0]["messages"]
