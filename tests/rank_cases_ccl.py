@@ -19,7 +19,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SENTINEL = -1234.0
 
 
-def _ctx(heap="64MiB"):
+def _ctx(heap="256MiB" if BACKEND == "cuda" else "64MiB"):
     return iris.iris(heap, backend=BACKEND)
 
 
@@ -229,7 +229,7 @@ def barrier_async_and_errors():
 def graph_capture(numel):
     """all_reduce (auto and every variant), all_gather and device_barrier captured in one CUDA graph,
     replayed with new inputs: the epochs advance on the device."""
-    ctx = _ctx("256MiB")
+    ctx = _ctx()
     r, world = ctx.cur_rank, ctx.num_ranks
     dtype = torch.bfloat16
     inp = ctx.zeros(numel, dtype=dtype)

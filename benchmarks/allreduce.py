@@ -1,0 +1,293 @@
+"""all_reduce and all_gather on the symmetric heap against NCCL (torch.distributed), in the same run.
+
+Run on one machine with N GPUs (one rank each)::
+
+    torchrun --nproc_per_node=N benchmarks/allreduce.py            # timings, table, plot
+    torchrun --nproc_per_node=N benchmarks/allreduce.py --check    # correctness of every variant only
+
+NCCL runs in its own process group (torch.distributed initialised with NCCL; iris makes a gloo group of its
+own for host exchange), with NVLink multicast (NVLS) off, as on the machines this was written for. Both
+sides are timed as CUDA-graph replays (several calls per graph, timed with events; eager loops where a
+capture fails, marked in the table). Reported per size: latency in µs and bus bandwidth, ``2 (n - 1) / n *
+bytes / t`` for all_reduce and ``(n - 1) / n * bytes / t`` for all_gather (bytes: the output). The table and
+the goals, met or missed, go to benchmarks/RESULTS.md; the plot to benchmarks/allreduce.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before NCCL starts: multicast stays off, for NCCL too
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import iris  # noqa: E402
+from benchmarks.results import environment, write_section  # noqa: E402
+from iris.ccl import ALL_REDUCE_VARIANTS, Config  # noqa: E402
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+SIZES = [8 * KiB, 32 * KiB, 128 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB]
+GATHER_SIZES = [8 * KiB, 256 * KiB, 4 * MiB, 64 * MiB, 1 * GiB]
+CHECK_SIZES = [8 * KiB + 6, 1 * MiB + 2, 16 * MiB]
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+OURS = ("auto", *ALL_REDUCE_VARIANTS)
+ATOMIC_MAX_BYTES = 64 * MiB  # remote float atomics are slow and need 2 fp32 accumulators: not beyond this
+TIMED_MS = 20.0  # replays per measurement: about this long
+
+
+def _size(nbytes: int) -> str:
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):g} {unit}"
+    return f"{nbytes} B"
+
+
+def _config(variant: str) -> Config:
+    return Config(all_reduce_variant=None if variant == "auto" else variant)
+
+
+# ------------------------------------------------------------------ timing
+
+def measure(fn, calls: int) -> tuple[float, bool]:
+    """(µs per call, captured): ``calls`` calls captured in one CUDA graph, replayed for about TIMED_MS."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up on a side stream, as torch's graph docs ask
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph, captured = torch.cuda.CUDAGraph(), True
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        run = graph.replay
+    except RuntimeError:  # e.g. a library that cannot be captured: time an eager loop instead
+        captured = False
+        torch.cuda.synchronize()
+
+        def run():
+            for _ in range(calls):
+                fn()
+    run()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    repeats = max(3, min(200, int(TIMED_MS / max(start.elapsed_time(end), 1e-3))))
+    dist.barrier()
+    start.record()
+    for _ in range(repeats):
+        run()
+    end.record()
+    end.synchronize()
+    us = torch.tensor([start.elapsed_time(end) * 1e3 / (repeats * calls)], device="cuda")
+    dist.all_reduce(us, op=dist.ReduceOp.MAX)  # the slowest rank's time
+    return us.item(), captured
+
+
+def calls_per_graph(nbytes: int) -> int:
+    return 20 if nbytes <= 4 * MiB else 1
+
+
+def bench_all_reduce(ctx, nbytes: int, dtype) -> dict:
+    """{name: (µs, captured)} for NCCL and every variant of ours."""
+    n = nbytes // torch.tensor([], dtype=dtype).element_size()
+    inp = ctx.randn(n, dtype=dtype)
+    out = ctx.zeros(n, dtype=dtype)
+    nccl = inp.clone()
+    calls = calls_per_graph(nbytes)
+    times = {"NCCL": measure(lambda: dist.all_reduce(nccl), calls)}
+    for variant in OURS:
+        if variant == "atomic" and nbytes > ATOMIC_MAX_BYTES:
+            continue
+        config = _config(variant)
+        workspace = iris.ccl.all_reduce(out, inp, ctx, config=config)  # allocates, outside any capture
+        times[variant] = measure(
+            lambda c=config, w=workspace: iris.ccl.all_reduce(out, inp, ctx, config=c, workspace=w), calls)
+        del workspace  # released (collectively) at the next allocation
+    return times
+
+
+def bench_all_gather(ctx, nbytes: int, dtype) -> dict:
+    world = ctx.num_ranks
+    n = nbytes // torch.tensor([], dtype=dtype).element_size() // world
+    inp = ctx.randn(n, dtype=dtype)
+    out = ctx.zeros(world * n, dtype=dtype)
+    nccl_out = torch.empty_like(out)
+    calls = calls_per_graph(nbytes)
+    workspace = iris.ccl.all_gather(out, inp, ctx)
+    return {
+        "NCCL": measure(lambda: dist.all_gather_into_tensor(nccl_out, inp), calls),
+        "iris": measure(lambda: iris.ccl.all_gather(out, inp, ctx, workspace=workspace), calls),
+    }
+
+
+# ------------------------------------------------------------------ correctness
+
+def check(ctx) -> None:
+    """Every variant at a few odd sizes against NCCL on an fp32 copy of the same inputs; all_gather exactly."""
+    world, failures = ctx.num_ranks, []
+    for name, dtype in DTYPES.items():
+        for nbytes in CHECK_SIZES:
+            n = nbytes // torch.tensor([], dtype=dtype).element_size()
+            inp = ctx.randn(n, dtype=dtype)
+            reference = inp.float()
+            dist.all_reduce(reference)
+            tolerance = 2e-2 * world if dtype == torch.bfloat16 else 1e-4 * world
+            for variant in OURS:
+                out, workspace = ctx.zeros(n, dtype=dtype), None
+                for _ in range(2):  # the second call reuses the workspace
+                    workspace = iris.ccl.all_reduce(out, inp, ctx, config=_config(variant), workspace=workspace)
+                error = (out.float() - reference).abs().max().item()
+                if error > tolerance * max(1.0, reference.abs().max().item() / 4):
+                    failures.append(f"all_reduce {variant} {name} {_size(nbytes)}: max error {error:.3g}")
+            gathered, nccl = ctx.zeros(world * n, dtype=dtype), torch.empty(world * n, dtype=dtype, device="cuda")
+            iris.ccl.all_gather(gathered, inp, ctx)
+            dist.all_gather_into_tensor(nccl, inp)
+            if not torch.equal(gathered, nccl):
+                failures.append(f"all_gather {name} {_size(nbytes)} differs from NCCL")
+    torch.cuda.synchronize()
+    everyone = [None] * world
+    dist.all_gather_object(everyone, failures)
+    if ctx.cur_rank == 0:
+        bad = [f"rank {r}: {f}" for r, fs in enumerate(everyone) for f in fs]
+        print("\n".join(bad) if bad else f"check passed: {len(OURS)} all_reduce variants x {len(DTYPES)} dtypes x "
+              f"{len(CHECK_SIZES)} sizes, and all_gather, on {world} ranks")
+    if any(everyone):
+        sys.exit(1)
+
+
+# ------------------------------------------------------------------ report
+
+def busbw(nbytes: int, us: float, world: int, gather: bool = False) -> float:
+    factor = (world - 1) / world if gather else 2 * (world - 1) / world
+    return factor * nbytes / (us * 1e-6) / 1e9
+
+
+GOALS = [  # (what, sizes it covers, needed NCCL time / our time, how a ratio reads)
+    ("at least 2x lower latency than NCCL up to 256 KiB", lambda s: s <= 256 * KiB, 2.0, "{:.2f}x"),
+    ("never slower than NCCL up to 4 MiB", lambda s: s <= 4 * MiB, 1.0, "{:.2f}x"),
+    ("at least 90% of NCCL's bus bandwidth from 64 MiB", lambda s: s >= 64 * MiB, 0.9, "{:.0%} of NCCL"),
+]
+
+
+def speedup(times: dict, key: str = "auto") -> float:
+    """NCCL's time over ours (> 1: ours faster; for bus bandwidth: our fraction of NCCL's)."""
+    return times["NCCL"][0] / times[key][0]
+
+
+def goal_line(name: str, by_size: dict, goal) -> str | None:
+    what, covers, needed, fmt = goal
+    sizes = [s for s in by_size if covers(s)]
+    if not sizes:
+        return None
+    worst = min(sizes, key=lambda s: speedup(by_size[s]))
+    ratio = speedup(by_size[worst])
+    line = f"- {name}, {what}: **{'met' if ratio >= needed else 'missed'}** (worst: {fmt.format(ratio)} at " \
+           f"{_size(worst)}"
+    if ratio < needed:
+        ours = {k: t[0] for k, t in by_size[worst].items() if k != "NCCL"}
+        fastest = min(ours, key=ours.get)
+        best = speedup(by_size[worst], fastest)
+        line += (f"; fastest variant there: {fastest} at {fmt.format(best)}, so "
+                 + ("the size rule should pick it" if best >= needed else
+                    "no variant reaches it: the algorithm or its launch shape is the limit"))
+    return line + ")"
+
+
+def goals(rows: dict) -> list[str]:
+    """One line per goal and dtype, met or missed, with the worst size and, if missed, the fastest variant."""
+    lines = (goal_line(name, by_size, goal) for name, by_size in rows.items() for goal in GOALS)
+    return [line for line in lines if line]
+
+
+def table(rows: dict, world: int, gather: bool) -> list[str]:
+    lines = []
+    for name, by_size in rows.items():
+        keys = list(next(iter(by_size.values())))
+        lines += [f"**{name}** — µs per call (bus GB/s)", "",
+                  "| size | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+        for nbytes, times in by_size.items():
+            cells = []
+            for key in keys:
+                if key not in times:
+                    cells.append("–")
+                    continue
+                us, captured = times[key]
+                cells.append(f"{us:.1f} ({busbw(nbytes, us, world, gather):.3g})" + ("" if captured else " eager"))
+            lines.append(f"| {_size(nbytes)} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def plot(reduce_rows: dict, gather_rows: dict, world: int, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(f"all_reduce {k}", v, False) for k, v in reduce_rows.items()]
+    panels += [(f"all_gather {k}", v, True) for k, v in gather_rows.items()]
+    figure, axes = plt.subplots(2, len(panels), figsize=(5 * len(panels), 8), squeeze=False)
+    for column, (title, by_size, gather) in enumerate(panels):
+        keys = {k for times in by_size.values() for k in times}
+        for key in sorted(keys, key=lambda k: (k != "NCCL", k)):
+            sizes = [s for s in by_size if key in by_size[s]]
+            us = [by_size[s][key][0] for s in sizes]
+            style = dict(marker="o", linewidth=2.5 if key in ("NCCL", "auto", "iris") else 1)
+            axes[0][column].plot(sizes, us, label=key, **style)
+            axes[1][column].plot(sizes, [busbw(s, t, world, gather) for s, t in zip(sizes, us, strict=True)], label=key,
+                                 **style)
+        axes[0][column].set(title=f"{title}, {world} GPUs", ylabel="µs per call (lower is better)",
+                            xscale="log", yscale="log")
+        axes[1][column].set(xlabel="bytes", ylabel="bus bandwidth GB/s", xscale="log")
+        axes[0][column].legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="only check every variant's results against NCCL")
+    args = parser.parse_args()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    ctx = iris.iris("5GiB" if not args.check else "1GiB", backend="cuda")
+    world = ctx.num_ranks
+    if args.check:
+        check(ctx)
+    else:
+        reduce_rows = {name: {s: bench_all_reduce(ctx, s, dtype) for s in SIZES} for name, dtype in DTYPES.items()}
+        gather_rows = {"bf16": {s: bench_all_gather(ctx, s, torch.bfloat16) for s in GATHER_SIZES}}
+        if ctx.cur_rank == 0:
+            report(reduce_rows, gather_rows, world)
+    ctx.barrier()
+    dist.destroy_process_group()
+
+
+def report(reduce_rows: dict, gather_rows: dict, world: int) -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    plot(reduce_rows, gather_rows, world, os.path.join(here, "allreduce.png"))
+    body = [
+        f"{environment()}; {world} ranks, one per GPU; NCCL {'.'.join(map(str, torch.cuda.nccl.version()))} with "
+        f"NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')}; both sides timed as CUDA-graph replays "
+        "(20 calls per graph up to 4 MiB, 1 above), slowest rank's mean; bus bandwidth 2(n-1)/n x bytes / t "
+        "(all_gather: (n-1)/n x output bytes / t). auto = the size rule (one_shot while bytes x (n-1) <= 1 MiB, "
+        f"else two_shot); atomic not run above {_size(ATOMIC_MAX_BYTES)}. Plot: benchmarks/allreduce.png.", "",
+        "Goals (all_reduce, auto against NCCL):", "", *goals(reduce_rows), "",
+        *table(reduce_rows, world, gather=False),
+        *table({f"all_gather {k}": v for k, v in gather_rows.items()}, world, gather=True),
+    ]
+    print("\n".join(body))
+    write_section(f"allreduce ({world} GPUs)", "\n".join(body))
+
+
+if __name__ == "__main__":
+    main()

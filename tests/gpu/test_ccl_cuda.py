@@ -1,0 +1,45 @@
+"""Collectives on the CUDA backend: the CPU suite's rank cases with IRIS_TEST_BACKEND=cuda, plus larger
+tensors on the GPUs' default launch shapes (persistent grids, wide remote accesses) and CUDA graph capture.
+
+Run with ``IRIS_GPU_WORLD=N python3 -m pytest -q tests/gpu/test_ccl_cuda.py`` (default: every GPU, at
+least 2 ranks; ranks share GPUs when there are more ranks than GPUs).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from tests.multirank import run_ranks
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+CASES = "tests.rank_cases_ccl"
+WORLD = int(os.environ.get("IRIS_GPU_WORLD", "0")) or max(2, torch.cuda.device_count())
+CUDA = {"IRIS_TEST_BACKEND": "cuda", "IRIS_BACKEND": "cuda"}
+
+
+def test_all_reduce_every_variant_odd_shapes_small_blocks():
+    results = run_ranks(WORLD, f"{CASES}:all_reduce_every_variant", [[5, 37], [1, 1000]], 32, env=CUDA)
+    assert all(r["checked"] == 2 * 3 * 12 for r in results)
+
+
+def test_all_reduce_every_variant_default_launch_shape():
+    # 1M + 3 elements: many 4096-element blocks per program, tails, two_shot chunks of unequal length
+    shapes = [[1025, 1023], [64, 1024]]
+    results = run_ranks(WORLD, f"{CASES}:all_reduce_every_variant", shapes, None, 3, env=CUDA, timeout=600)
+    assert all(r["checked"] == 2 * 3 * 17 for r in results)
+
+
+def test_all_gather_all_to_all_reduce_scatter():
+    run_ranks(WORLD, f"{CASES}:other_collectives", 32, env=CUDA)
+
+
+def test_device_barrier_async_op_and_errors():
+    run_ranks(WORLD, f"{CASES}:barrier_async_and_errors", env=CUDA)
+
+
+def test_cuda_graph_capture_and_replay():
+    assert all(r["replays"] == 3 for r in run_ranks(WORLD, f"{CASES}:graph_capture", 300_001, env=CUDA))
