@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Set up .venv and run the main job: a demo of the symmetric heap on 4 CPU ranks.
+# Set up .venv and run the main job: open the tutorials in JupyterLab, or, without a screen, run the
+# quickstart lesson headless and say where its output went. Extra arguments: --lab or --headless.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/venv.sh"
 cd "$root"
-exec "$root/.venv/bin/python" -m torch.distributed.run --standalone --nproc_per_node="${NPROC:-4}" \
-  examples/heap_demo.py
+exec "$root/.venv/bin/python" -m workbench.tutorials "$@"
