@@ -22,7 +22,7 @@ from .launch import block_size, cdiv, check_group, check_tensors, hint, overlaps
 from .sync import exchange
 from .workspace import Workspace, reuse_or_allocate
 
-ARRIVED, DONE = 0, 1
+ARRIVED, DONE = tl.constexpr(0), tl.constexpr(1)  # flag slots (kernels read only constexpr globals)
 SLOTS = 2
 
 
@@ -37,7 +37,7 @@ def all_gather_kernel(context, src, src_step, out, flags, epochs, n, rank: tl.co
     epoch = tl.load(epochs + pid) + 1
     exchange(ctx, flags, ARRIVED, epoch, pid, num_programs)
     for i in tl.static_range(world):
-        source: tl.constexpr = (rank + i) % world  # every rank starts with a different peer
+        source = (rank + i) % world  # every rank starts with a different peer
         for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
             offs = block * BLOCK + tl.arange(0, BLOCK)
             mask = offs < n

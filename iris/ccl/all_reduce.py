@@ -46,8 +46,8 @@ from .workspace import Workspace, reuse_or_allocate
 
 ONE_SHOT_BYTES_READ = 1 << 20  # one_shot below this many bytes read per rank, two_shot above
 IN_PLACE_VARIANTS = ("two_shot", "atomic")
-ARRIVED, DONE = 0, 1  # one_shot's flag slots
-ADDED = 0  # atomic's flag slot
+ARRIVED, DONE = tl.constexpr(0), tl.constexpr(1)  # one_shot's flag slots (kernels read only constexpr globals)
+ADDED = tl.constexpr(0)  # atomic's flag slot
 
 
 def choose_variant(nbytes: int, world: int) -> str:
@@ -94,9 +94,9 @@ def ring_step(ctx, src, partial, out, n, chunk, pid, num_programs, step: tl.cons
     world: tl.constexpr = ctx.world_size
     left: tl.constexpr = (rank + world - 1) % world
     if step < world - 1:  # reduce-scatter: own input + left's partial sum of chunk (rank - step - 1)
-        index: tl.constexpr = (rank + 2 * world - step - 1) % world
+        index = (rank + 2 * world - step - 1) % world
     else:  # all-gather: copy left's finished chunk (rank - (step - world + 1))
-        index: tl.constexpr = (rank + 2 * world - (step - world + 1)) % world
+        index = (rank + 2 * world - (step - world + 1)) % world
     for block in range(pid, tl.cdiv(chunk, BLOCK), num_programs):
         offs = index * chunk + block * BLOCK + tl.arange(0, BLOCK)
         mask = (offs < (index + 1) * chunk) & (offs < n)
@@ -150,7 +150,7 @@ def atomic_kernel(context, inp, out, accumulators, flags, epochs, n, rank: tl.co
         mask = offs < n
         value = tl.load(inp + offs, mask=mask).to(tl.float32)
         for i in tl.static_range(world):
-            peer: tl.constexpr = (rank + i) % world
+            peer = (rank + i) % world
             tl.atomic_add(ctx.as_remote(acc + offs, peer, mask, HINT), value, mask=mask, sem="relaxed",
                           scope="sys")
     exchange(ctx, flags, ADDED, epoch, pid, num_programs)

@@ -22,13 +22,13 @@ from .launch import cdiv, check_group, check_tensors, overlaps, programs
 from .sync import exchange
 from .workspace import Workspace, reuse_or_allocate
 
-ARRIVED, DONE = 0, 1
+ARRIVED, DONE = tl.constexpr(0), tl.constexpr(1)  # flag slots (kernels read only constexpr globals)
 SLOTS = 2
 
 
 @triton.jit
 def all_to_all_kernel(context, inp, out, flags, epochs, M, N, stride_m, rank: tl.constexpr, world: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WAIT_DONE: tl.constexpr, HINT: tl.constexpr):
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WAIT_DONE: tl.constexpr, WIDE: tl.constexpr):
     ctx = DeviceContext.initialize(context, rank, world)
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
@@ -36,13 +36,17 @@ def all_to_all_kernel(context, inp, out, flags, epochs, M, N, stride_m, rank: tl
     exchange(ctx, flags, ARRIVED, epoch, pid, num_programs)
     tiles_n = tl.cdiv(N, BLOCK_N)
     for i in tl.static_range(world):
-        source: tl.constexpr = (rank + i) % world
+        source = (rank + i) % world
         for tile in range(pid, tl.cdiv(M, BLOCK_M) * tiles_n, num_programs):
             rows = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
             cols = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
             mask = (rows < M)[:, None] & (cols < N)[None, :]
             src = inp + rows[:, None] * stride_m + (rank * N + cols)[None, :]
-            value = tl.load(ctx.as_remote(src, source, mask, HINT), mask=mask)
+            if WIDE:  # rows of 16 aligned contiguous elements: remote loads may be vectorised
+                remote = ctx.as_remote(src, source, mask, (1, 16))
+            else:
+                remote = ctx.as_remote(src, source, mask)
+            value = tl.load(remote, mask=mask)
             tl.store(out + rows[:, None] * stride_m + (source * N + cols)[None, :], value, mask=mask)
     if WAIT_DONE:  # nobody reads this rank's input any more
         exchange(ctx, flags, DONE, epoch, pid, num_programs)
@@ -94,6 +98,6 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     aligned = input_tensor.data_ptr() % 16 == 0 and row_bytes % 16 == 0 and col_bytes % 16 == 0 and bn >= 16
     all_to_all_kernel[(grid,)](ctx.get_device_context(), input_tensor, output_tensor, workspace.flags,
                                workspace.epochs, M, N, input_tensor.stride(0), rank=rank, world=world,
-                               BLOCK_M=bm, BLOCK_N=bn, WAIT_DONE=not async_op, HINT=(1, 16) if aligned else None,
+                               BLOCK_M=bm, BLOCK_N=bn, WAIT_DONE=not async_op, WIDE=aligned,
                                num_warps=config.num_warps)
     return workspace

@@ -23,7 +23,7 @@ from .launch import check_group
 from .sync import exchange
 from .workspace import Workspace
 
-BARRIER = 0  # the one flag slot
+BARRIER = tl.constexpr(0)  # the one flag slot (kernels read only constexpr globals)
 
 
 @triton.jit

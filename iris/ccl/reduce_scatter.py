@@ -29,7 +29,8 @@ from .launch import block_size, cdiv, check_group, check_op, check_tensors, hint
 from .sync import exchange
 from .workspace import reuse_or_allocate
 
-ARRIVED, DONE = 0, 1  # flag slots: inputs ready; peers done reading (and, with GATHER, writing)
+# flag slots: inputs ready; peers done reading (and, with GATHER, writing). Kernels read only constexpr globals.
+ARRIVED, DONE = tl.constexpr(0), tl.constexpr(1)
 SLOTS = 2
 
 
@@ -69,7 +70,7 @@ def reduce_chunk_kernel(context, inp, out, flags, epochs, n, chunk, rank: tl.con
         total = sum_over_ranks(ctx, inp + offs, mask, BLOCK, HINT).to(out.dtype.element_ty)
         if GATHER:
             for i in tl.static_range(world):
-                peer: tl.constexpr = (rank + i) % world  # everyone starts with a different peer
+                peer = (rank + i) % world  # everyone starts with a different peer
                 tl.store(ctx.as_remote(out + offs, peer, mask, HINT), total, mask=mask)
         else:
             tl.store(out + offs, total, mask=mask)

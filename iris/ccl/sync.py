@@ -46,7 +46,7 @@ def exchange(ctx, flags, slot, epoch, pid, num_programs):
     world: tl.constexpr = ctx.world_size
     tl.debug_barrier()  # on a GPU: every thread's writes come before the (one-thread) release
     for i in tl.static_range(world):
-        peer: tl.constexpr = (ctx.rank + i) % world
+        peer = (ctx.rank + i) % world
         signal(ctx, flag_of(flags, slot, ctx.rank, pid, num_programs, world), epoch, peer)
     for source in tl.static_range(world):
         wait_for(flag_of(flags, slot, source, pid, num_programs, world), epoch)
