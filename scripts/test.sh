@@ -3,6 +3,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/venv.sh"
+bash "$root/scripts/browser_deps.sh"
 cd "$root"
 set +e
 "$root/.venv/bin/python" -m pytest "$@"

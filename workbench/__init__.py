@@ -62,6 +62,47 @@ def current() -> Workbench:
     return _current
 
 
+def show(name: str, **options):
+    """Every rank's copy of tensor ``name`` side by side: a :class:`~workbench.widgets.BufferView`.
+
+    ``name`` may also be an expression (``"x[0]"``); ``options`` go to the view (``max_side``,
+    ``reduction="maxabs"``, ``ranks``). ``%%iris_kernel --show NAME`` refreshes the view after its cell.
+
+    Examples
+    --------
+    >>> workbench.show("x")                          # doctest: +SKIP
+    """
+    from .widgets import BufferView, registry
+
+    return registry.track(("show", name), BufferView(current(), name, **options))
+
+
+def heap():
+    """Every rank's symmetric heap, allocations named after variables: a
+    :class:`~workbench.widgets.HeapInspector`.
+
+    Examples
+    --------
+    >>> workbench.heap()                             # doctest: +SKIP
+    """
+    from .widgets import HeapInspector, registry
+
+    return registry.track(("heap",), HeapInspector(current()))
+
+
+def remote(name: str, rank: int, **options):
+    """Rank ``rank``'s copy of ``name`` read by every rank through ``ctx.as_remote``, with the addresses:
+    a :class:`~workbench.widgets.RemoteView`.
+
+    Examples
+    --------
+    >>> workbench.remote("x", rank=1)                # doctest: +SKIP
+    """
+    from .widgets import RemoteView, registry
+
+    return registry.track(("remote", name, rank), RemoteView(current(), name, rank, **options))
+
+
 def load_ipython_extension(ipython) -> None:
     """``%load_ext workbench``: register the ``%iris`` and ``%%iris_kernel`` magics."""
     from .magics import IrisMagics
@@ -71,5 +112,5 @@ def load_ipython_extension(ipython) -> None:
 
 __all__ = [
     "CellReport", "RankError", "RankResult", "Workbench", "WorkbenchError",
-    "current", "load_ipython_extension", "start",
+    "current", "heap", "load_ipython_extension", "remote", "show", "start",
 ]

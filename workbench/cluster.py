@@ -241,6 +241,25 @@ class Workbench:
         self._check_usable()
         return execution.call_each(self, self._select(ranks), engine.pull, expression)
 
+    def apply(self, function, *args, ranks=None) -> list:
+        """``function(*args)`` on each rank's engine at once; results in rank order.
+
+        ``function`` must live in a module the engines can import (it runs with that module's globals
+        there): the widgets' engine-side helpers in :mod:`workbench.widgets.probes` are called this way.
+
+        Raises
+        ------
+        RankError
+            Naming the ranks where ``function`` raised, with their errors.
+
+        Examples
+        --------
+        >>> wb.apply(probes.heap_map, ranks=[0])[0]["size"]     # doctest: +SKIP
+        16777216
+        """
+        self._check_usable()
+        return execution.call_each(self, self._select(ranks), function, *args)
+
     def status(self) -> str:
         """One line per rank: engine id, host, pid, alive or how it died, backend and device."""
         if not self.running:

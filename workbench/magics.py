@@ -1,4 +1,4 @@
-"""The ``%iris`` line magic (start, stop, restart, status, heap) and the ``%%iris_kernel`` cell magic.
+"""The ``%iris`` line magic (start, stop, restart, status, heap, show, remote) and the ``%%iris_kernel`` cell magic.
 
 Examples
 --------
@@ -11,6 +11,9 @@ Examples
     out = ctx.zeros(16, dtype=torch.float32)
     out.fill_(rank)
 
+    %iris show out                 # every rank's out, side by side
+    %iris remote out --rank 1      # rank 1's out as every rank reads it through ctx.as_remote
+    %iris heap                     # every rank's heap, allocations named after variables
     %iris status
     %iris stop
 """
@@ -22,9 +25,9 @@ import shlex
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.display import display
 
 import workbench
-from iris.sizes import format_size
 
 from .cluster import BACKENDS
 from .report import render_summaries
@@ -50,8 +53,16 @@ def _iris_parser() -> argparse.ArgumentParser:
     start.add_argument("--engines", default="local", help="ipyparallel engine launcher: local, mpi, slurm...")
     start.add_argument("--timeout", type=float, default=60.0, help="default seconds a cell may run (60)")
     for name, text in (("stop", "stop every rank"), ("restart", "stop, then start with the same settings"),
-                       ("status", "ranks, pids, hosts, devices"), ("heap", "every rank's heap usage")):
+                       ("status", "ranks, pids, hosts, devices"),
+                       ("heap", "every rank's heap, allocations named after variables (a widget)")):
         commands.add_parser(name, help=text)
+    show = commands.add_parser("show", help="every rank's copy of a tensor, side by side (a widget)")
+    show.add_argument("name", help="a variable or expression, e.g. x or x[0]")
+    show.add_argument("--reduction", choices=("mean", "maxabs"), default="mean",
+                      help="what a block of a large tensor shows: its mean or its value of largest magnitude")
+    remote = commands.add_parser("remote", help="a rank's copy of a tensor read through ctx.as_remote (a widget)")
+    remote.add_argument("name", help="a variable naming a tensor on the symmetric heap")
+    remote.add_argument("--rank", type=int, required=True, help="the rank whose copy every rank reads")
     return parser
 
 
@@ -59,7 +70,8 @@ def _kernel_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="%%iris_kernel", description="Run the cell on the ranks.")
     parser.add_argument("--ranks", default="all", help="e.g. 0,2 or 1-3 or all (default)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds before ranks are interrupted")
-    parser.add_argument("--show", nargs="+", default=[], metavar="NAME", help="summarise these variables")
+    parser.add_argument("--show", nargs="+", default=[], metavar="NAME",
+                        help="summarise these variables and refresh (or display) their views")
     return parser
 
 
@@ -81,9 +93,13 @@ def parse_ranks(spec: str, world_size: int) -> list[int] | None:
 
 
 def show_variables(wb, names, ranks) -> None:
-    """The ``--show`` hook: print a per-rank summary of each variable (the widgets will replace this)."""
+    """The ``--show`` hook: print a per-rank summary of each variable, then refresh its live views in place
+    (or display a BufferView where none is on the page: see :func:`workbench.widgets.registry.after_cell`)."""
+    from .widgets import registry
+
     for name in names:
         print(render_summaries(name, wb.summaries(name, ranks)))
+    registry.after_cell(wb, names)
 
 
 @magics_class
@@ -92,8 +108,9 @@ class IrisMagics(Magics):
 
     @line_magic
     def iris(self, line: str):
-        """Manage the ranks: ``%iris start -n N [--backend auto|cpu|cuda] [--heap SIZE] [--engines LAUNCHER]
-        [--timeout S]``, ``%iris stop``, ``%iris restart``, ``%iris status``, ``%iris heap``."""
+        """Manage and look at the ranks: ``%iris start -n N [--backend auto|cpu|cuda] [--heap SIZE]
+        [--engines LAUNCHER] [--timeout S]``, ``%iris stop``, ``%iris restart``, ``%iris status``,
+        ``%iris heap``, ``%iris show NAME [--reduction mean|maxabs]``, ``%iris remote NAME --rank R``."""
         args = _iris_parser().parse_args(shlex.split(line))
         if args.command == "start":
             wb = workbench.start(n=args.n, backend=args.backend, heap_size=args.heap, engines=args.engines,
@@ -110,10 +127,11 @@ class IrisMagics(Magics):
         elif args.command == "status":
             print(wb.status())
         elif args.command == "heap":
-            for rank, usage in enumerate(wb.heap()):
-                print(f"rank {rank}: {format_size(usage['used'])} used of {format_size(usage['size'])} "
-                      f"in {usage['allocations']} tensors, largest free block "
-                      f"{format_size(usage['largest_free'])}")
+            display(workbench.heap())
+        elif args.command == "show":
+            display(workbench.show(args.name, reduction=args.reduction))
+        elif args.command == "remote":
+            display(workbench.remote(args.name, args.rank))
 
     @cell_magic
     def iris_kernel(self, line: str, cell: str):

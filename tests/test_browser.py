@@ -1,0 +1,135 @@
+"""The widgets in a real browser: JupyterLab on loopback, Debian's headless Chromium driven by Playwright.
+
+tests/browser/widgets.ipynb (stored without outputs) starts 2 CPU ranks and shows each widget once; the
+test runs all its cells and checks what the page shows: a panel per rank, pictures that are not blank,
+the diff marks of a later cell drawn into the earlier view (refreshed in place, not shown again), the heap
+bars, the as_remote panels marked equal. Screenshots go to test-artifacts/browser/. The notebook's last
+cell stops the cluster; the server is stopped by pid, and no process of either may be left.
+
+Chromium comes from Debian (scripts/browser_deps.sh); Playwright's own browser download cannot work here.
+Without Chromium the test fails, except when it could not have been installed (not root, outside CI).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from .browser.jupyter import CHROMIUM, CHROMIUM_ARGS, ROOT, JupyterServer, chromium_problem, wait_gone
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_heap_files_left_behind")]
+
+NOTEBOOK = ROOT / "tests" / "browser" / "widgets.ipynb"
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+RUN_SECONDS = 240
+
+
+def require_chromium() -> None:
+    problem = chromium_problem()
+    if problem is None:
+        return
+    if os.environ.get("CI") or os.geteuid() == 0:
+        pytest.fail(problem)  # CI and root can install it: a missing browser is a broken set-up
+    pytest.skip(f"{problem}; not root, so it could not be installed here")
+
+
+def pixels(png: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(np.int16)
+
+
+def red_pixels(image: np.ndarray) -> int:
+    """Pixels of the diff marks' red (drawn at 60% over the colour map)."""
+    r, g, b = image[..., 0], image[..., 1], image[..., 2]
+    return int(((r > 150) & (r - g > 100) & (r - b > 100)).sum())
+
+
+def run_all_cells(page) -> None:
+    """Run > Run All Cells once the kernel is connected: the notebook's own indicator says idle before its
+    kernel even started, and cells sent then are lost; the status bar says Idle only once connected."""
+    page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle$")).wait_for(timeout=60_000)
+    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=60_000)
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+
+
+def test_widgets_render_in_jupyterlab(tmp_path):
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    work = tmp_path / "notebooks"
+    work.mkdir()
+    shutil.copy(NOTEBOOK, work / NOTEBOOK.name)  # the server saves outputs into its copy, not ours
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    server = JupyterServer(work).start()
+    left = []
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(server.url(f"lab/tree/{NOTEBOOK.name}"))
+                try:
+                    run_all_cells(page)
+                    page.get_by_text("stopped 2 ranks").wait_for(timeout=RUN_SECONDS * 1000)
+                finally:
+                    page.screenshot(path=ARTIFACTS / "notebook.png")
+                check_page(page)
+                cluster = page.locator(".jp-OutputArea-output", has_text="CLUSTER_PIDS").inner_text()
+                left = [int(pid) for pid in re.findall(r"\d+", cluster)]
+                assert len(left) >= 5  # controller, two engines and their nannies
+            finally:
+                browser.close()
+        left += server.descendants()
+    except BaseException:
+        print(server.log_tail())
+        raise
+    finally:
+        server.stop()
+    assert wait_gone(left, 20) == [], "the cluster or the Jupyter server left processes behind"
+    print(f"browser test: {time.monotonic() - started:.1f} s from server start to everything stopped")
+
+
+def check_page(page) -> None:
+    assert page.locator("[data-mime-type='application/vnd.jupyter.error']").count() == 0, "a cell raised"
+
+    views = page.locator(".iris-buffer-view")
+    assert views.count() == 2, "field and small; the --show cell must refresh field's view, not show another"
+    field, small = views.nth(0), views.nth(1)
+    field.screenshot(path=ARTIFACTS / "buffer-view-field.png")
+    small.screenshot(path=ARTIFACTS / "buffer-view-small.png")
+    for view in (field, small):
+        images = view.locator(".iris-rank-panel img")
+        assert images.count() == 2
+        for i in range(2):
+            assert pixels(images.nth(i).screenshot()).std() > 10, "a blank panel"
+    for i in range(2):  # the later cell's change, drawn into this earlier view
+        assert red_pixels(pixels(field.locator(".iris-rank-panel img").nth(i).screenshot())) > 200
+    assert "changed" in field.inner_text() and "800 of 12288 elements changed" in field.inner_text()
+    assert small.locator("table.iris-values tr").count() == 3  # header + a row per rank
+
+    heap = page.locator(".iris-heap-inspector")
+    heap.screenshot(path=ARTIFACTS / "heap-inspector.png")
+    ranks = heap.locator(".iris-heap-rank")
+    assert ranks.count() == 2
+    for i in range(2):
+        assert ranks.nth(i).locator(".iris-heap-bar").bounding_box()["width"] > 300
+        zoomed = ranks.nth(i).locator(".iris-heap-zoom .iris-heap-allocation")  # 48 KiB of 32 MiB: enlarged
+        assert zoomed.count() == 2 and zoomed.first.bounding_box()["width"] > 100
+        assert zoomed.all_inner_texts()[0] == "field"
+
+    remote = page.locator(".iris-remote-view")
+    remote.screenshot(path=ARTIFACTS / "remote-view.png")
+    images = remote.locator(".iris-rank-panel img")
+    assert images.count() == 3  # rank 1's own, then ranks 0 and 1 through as_remote
+    for i in range(3):
+        assert pixels(images.nth(i).screenshot()).std() > 10
+    assert remote.get_by_text("✓ equal to rank 1's own values").count() == 2
+    assert remote.locator("table.iris-remote-addresses tr").count() == 3

@@ -1,0 +1,30 @@
+"""Widgets that show what every rank holds: :class:`BufferView`, :class:`HeapInspector`, :class:`RemoteView`.
+
+Each rank reduces its data before sending it (:mod:`.reduce`, called through :mod:`.probes`), so the
+notebook receives a few hundred kB per rank whatever the tensor's size; :mod:`.render` draws the PNGs and
+:mod:`.registry` keeps the views ``%%iris_kernel --show NAME`` refreshes in place.
+
+The engines import :mod:`.probes` (and :mod:`.reduce`) to answer the views; this package's ``__init__``
+loads the widget classes only when asked, so engines never import ipywidgets or matplotlib.
+
+Examples
+--------
+>>> workbench.show("x")                 # doctest: +SKIP
+>>> workbench.heap()                    # doctest: +SKIP
+>>> workbench.remote("x", rank=1)       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_CLASSES = {"BufferView": ".buffer_view", "HeapInspector": ".heap_inspector", "RemoteView": ".remote_view"}
+
+
+def __getattr__(name: str):
+    if name in _CLASSES:
+        return getattr(importlib.import_module(_CLASSES[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = list(_CLASSES)

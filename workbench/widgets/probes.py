@@ -1,0 +1,124 @@
+"""What the widgets ask each rank: run inside the engines, sent there by reference like :mod:`workbench.engine`.
+
+Every function answers with a plain dict (numpy arrays at most a few hundred kB), never a tensor: the
+tensors stay on the ranks. A rank that lacks what was asked answers ``status`` ``"missing"``,
+``"not-tensor"`` or ``"error"`` with a ``message`` instead of raising, so a view can name every rank
+that lacks it at once.
+
+Examples
+--------
+>>> wb.apply(probes.snapshot, "x", "view-1", 256, 0)                  # doctest: +SKIP
+[{'status': 'ok', 'rank': 0, 'shape': (4096, 4096), 'dtype': 'float32', 'block': (16, 16), ...}, ...]
+>>> wb.apply(probes.heap_map)[0]["allocations"][0]["names"]            # doctest: +SKIP
+['x']
+"""
+
+from __future__ import annotations
+
+from . import reduce
+
+
+def _namespace() -> dict:
+    from IPython import get_ipython
+
+    return get_ipython().user_ns
+
+
+def lookup(expression: str) -> dict:
+    """``{"status": "ok", "value": ...}``, or ``"missing"``/``"error"`` with a message, for ``expression``.
+
+    A plain name is looked up (so a missing variable is told apart from a failing expression); anything
+    else, like ``"x[0]"`` or ``"out.view(64, 64)"``, is evaluated in the rank namespace.
+    """
+    namespace = _namespace()
+    if expression.isidentifier():
+        if expression not in namespace:
+            return {"status": "missing", "message": f"no variable {expression!r}"}
+        return {"status": "ok", "value": namespace[expression]}
+    try:
+        return {"status": "ok", "value": eval(expression, namespace)}
+    except Exception as exc:
+        return {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
+
+
+def _tensor(expression: str):
+    """(None, the tensor) for ``expression``, or (a failure dict, None)."""
+    import torch
+
+    found = lookup(expression)
+    if found["status"] != "ok":
+        return found, None
+    value = found["value"]
+    if not isinstance(value, torch.Tensor):
+        return {"status": "not-tensor", "message": f"a {type(value).__name__}, not a tensor"}, None
+    if value.numel() == 0:
+        return {"status": "error", "message": f"an empty tensor of shape {tuple(value.shape)}"}, None
+    return None, value
+
+
+def snapshot(expression: str, token: str | None = None, max_side: int = 256, index: int = 0) -> dict:
+    """This rank's reduced view of ``expression`` (see :func:`reduce.summarize_tensor`) with ``status``
+    ``"ok"``, or a failure; ``token`` names the view whose previous snapshot diff mode compares with."""
+    rank = _namespace().get("rank")
+    failure, t = _tensor(expression)
+    if failure is not None:
+        return {**failure, "rank": rank}
+    try:
+        return {"status": "ok", "rank": rank, **reduce.summarize_tensor(t, token, max_side, index)}
+    except IndexError as exc:
+        return {"status": "error", "rank": rank, "message": str(exc)}
+
+
+def remote_snapshot(expression: str, target: int, max_side: int = 256, index: int = 0) -> dict:
+    """Rank ``target``'s copy of ``expression`` as *this* rank reaches it through ``ctx.as_remote``.
+
+    Besides the reduced values: ``bases`` (this rank's ``heap_bases`` row), ``address`` (the local
+    tensor's ``data_ptr()``), ``offset`` (``address - bases[rank]``), ``translated``
+    (``bases[target] + offset``, the device API's translation) and ``remote_address``
+    (``ctx.as_remote(t, target).data_ptr()``).
+    """
+    namespace = _namespace()
+    rank = namespace.get("rank")
+    failure, t = _tensor(expression)
+    if failure is not None:
+        return {**failure, "rank": rank}
+    ctx = namespace["ctx"]
+    try:
+        view = ctx.as_remote(t, target)
+        allocation = ctx.heap.find(t)
+    except ValueError as exc:  # iris's message names the rank and says what to do
+        return {"status": "error", "rank": rank, "message": str(exc)}
+    bases = [int(b) for b in ctx.get_heap_bases().tolist()]
+    offset = t.data_ptr() - bases[rank]
+    try:
+        reduced = reduce.summarize_tensor(view, None, max_side, index)
+    except IndexError as exc:
+        return {"status": "error", "rank": rank, "message": str(exc)}
+    return {"status": "ok", "rank": rank, **reduced, "bases": bases, "address": t.data_ptr(), "offset": offset,
+            "translated": bases[target] + offset, "remote_address": view.data_ptr(),
+            "allocation": allocation.offset}
+
+
+def heap_map() -> dict:
+    """This rank's heap: usage, and each live allocation with the variables that refer to it.
+
+    ``allocations`` is a list of dicts ``offset``, ``nbytes``, ``dtype``, ``shape``, ``label`` (the
+    ``name=`` given at creation) and ``names``: the rank namespace's variables holding a tensor that views
+    the allocation (names starting with ``_``, IPython's output history, are left out).
+    """
+    import torch
+
+    namespace = _namespace()
+    ctx = namespace["ctx"]
+    names: dict[int, list[str]] = {}
+    for name, value in list(namespace.items()):
+        if not name.startswith("_") and isinstance(value, torch.Tensor) and ctx.heap.owns(value):
+            names.setdefault(ctx.heap.find(value).offset, []).append(name)
+    usage = ctx.heap_usage()
+    allocations = [
+        {"offset": a.offset, "nbytes": a.nbytes, "dtype": str(a.dtype).removeprefix("torch."), "shape": a.shape,
+         "label": a.label, "names": sorted(names.get(a.offset, []))}
+        for a in ctx.heap.allocations()
+    ]
+    return {"rank": namespace.get("rank"), "size": usage.size, "used": usage.used, "free": usage.free,
+            "largest_free": usage.largest_free, "fragmentation": usage.fragmentation, "allocations": allocations}

@@ -1,0 +1,108 @@
+"""Pictures of reduced tensors, as PNG bytes for ``ipywidgets.Image``.
+
+Figures are drawn with matplotlib's Agg canvas directly, not pyplot: no global figure list to leak, and the
+notebook's inline backend never shows a stray copy. Every panel of a view gets the same ``vmin``/``vmax``,
+so one colour (or height) means one value on every rank. Blocks that changed since the view's previous
+snapshot are painted over in red.
+
+Examples
+--------
+>>> import numpy as np
+>>> png = heatmap(np.eye(4, dtype=np.float32), vmin=0.0, vmax=1.0, extent=(4, 4), title="rank 0")
+>>> png[:8] == b"\\x89PNG\\r\\n\\x1a\\n"
+True
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from matplotlib.figure import Figure
+
+FIGSIZE = (3.2, 2.6)  # inches at DPI: 256 x 208 pixels
+DPI = 80
+CHANGED_RGBA = (1.0, 0.0, 0.0, 0.6)
+COLORMAP = "viridis"
+
+
+def _png(figure: Figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()
+
+
+def _figure(title: str):
+    figure = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+    axes = figure.add_subplot()
+    axes.set_title(title, fontsize=9)
+    axes.tick_params(labelsize=7)
+    return figure, axes
+
+
+def heatmap(data: np.ndarray, vmin: float, vmax: float, extent: tuple[int, int], title: str,
+            changed: np.ndarray | None = None) -> bytes:
+    """A 2-D array as an image whose axes count the tensor's rows and columns (``extent``: its shape).
+
+    Parameters
+    ----------
+    data : (R, C) array
+        One value per block.
+    vmin, vmax : float
+        The colour scale shared by every panel of the view.
+    changed : (R, C) bool array, optional
+        Blocks to paint red.
+    """
+    figure, axes = _figure(title)
+    rows, cols = extent
+    image = axes.imshow(data, cmap=COLORMAP, vmin=vmin, vmax=vmax, extent=(0, cols, rows, 0),
+                        interpolation="nearest", aspect="auto")
+    if changed is not None and changed.any():
+        overlay = np.zeros((*changed.shape, 4), dtype=np.float32)
+        overlay[changed] = CHANGED_RGBA
+        axes.imshow(overlay, extent=(0, cols, rows, 0), interpolation="nearest", aspect="auto")
+    figure.colorbar(image, ax=axes, shrink=0.9).ax.tick_params(labelsize=7)
+    return _png(figure)
+
+
+def line(data: np.ndarray, vmin: float, vmax: float, length: int, block: int, title: str,
+         changed: np.ndarray | None = None, band: tuple[np.ndarray, np.ndarray] | None = None) -> bytes:
+    """A 1-D array as a line over element indices (block ``i`` starts at element ``i * block``); ``band``
+    (block min and max) is shaded when blocks hold several elements, so spikes stay visible."""
+    figure, axes = _figure(title)
+    x = np.arange(len(data)) * block
+    if band is not None and block > 1:
+        axes.fill_between(x, band[0], band[1], color="tab:blue", alpha=0.25, linewidth=0, step="post")
+    axes.plot(x, data, color="tab:blue", linewidth=1, drawstyle="steps-post" if block > 1 else "default")
+    if changed is not None and changed.any():
+        axes.plot(x[changed], data[changed], "o", color="red", markersize=3, label="changed")
+    _limits(axes, vmin, vmax, length)
+    return _png(figure)
+
+
+def bars(data: np.ndarray, vmin: float, vmax: float, title: str, changed: np.ndarray | None = None) -> bytes:
+    """A short 1-D array as one bar per element; changed elements red."""
+    figure, axes = _figure(title)
+    colours = np.where(changed, "red", "tab:blue") if changed is not None else "tab:blue"
+    axes.bar(np.arange(len(data)), data, color=colours, width=0.8)
+    _limits(axes, min(vmin, 0.0), max(vmax, 0.0), len(data))
+    return _png(figure)
+
+
+def _limits(axes, vmin: float, vmax: float, length: int) -> None:
+    pad = 0.05 * (vmax - vmin) or 0.5
+    axes.set_ylim(vmin - pad, vmax + pad)
+    axes.set_xlim(-0.5 if length <= 64 else 0, length - (0.5 if length <= 64 else 0))
+
+
+def scale(arrays: list[np.ndarray]) -> tuple[float, float]:
+    """The (vmin, vmax) covering every finite value of ``arrays``; (0, 1) when there is none, and a unit
+    range around a constant so that a constant tensor still draws."""
+    finite = [a[np.isfinite(a)] for a in arrays]
+    finite = [a for a in finite if a.size]
+    if not finite:
+        return 0.0, 1.0
+    low, high = float(min(a.min() for a in finite)), float(max(a.max() for a in finite))
+    if low == high:
+        return low - 0.5, high + 0.5
+    return low, high
