@@ -79,7 +79,11 @@ def measure(fn, calls: int) -> tuple[float, bool]:
     run()
     end.record()
     end.synchronize()
-    repeats = max(3, min(200, int(TIMED_MS / max(start.elapsed_time(end), 1e-3))))
+    repeats = torch.tensor([max(3, min(200, int(TIMED_MS / max(start.elapsed_time(end), 1e-3))))], device="cuda")
+    # Every rank must replay as often as the others: each replay is a collective, a rank that replayed
+    # more would wait for its peers forever.
+    dist.all_reduce(repeats, op=dist.ReduceOp.MAX)
+    repeats = int(repeats.item())
     dist.barrier()
     start.record()
     for _ in range(repeats):
