@@ -235,3 +235,15 @@ def test_registry_forgets_closed_views(shell, wb):
     assert [v for _, v, _ in registry.views_of("temp")] == [view]
     view.close()
     assert registry.views_of("temp") == []
+
+
+def test_show_redisplays_only_views_the_rerun_cell_itself_had_shown(shell, wb, displayed, monkeypatch):
+    cell = {"id": "cell-a"}
+    monkeypatch.setattr(registry, "current_cell", lambda: cell["id"])
+    run(shell, "--show rerun", "rerun = ctx.zeros(8)")
+    [view] = displayed
+    run(shell, "--show rerun", "rerun[0] = 1")  # the same cell again: its output, and the view, were cleared
+    assert displayed == [view, view] and view.snapshots[0]["values_changed"][0]
+    cell["id"] = "cell-b"
+    run(shell, "--show rerun", "rerun[1] = 1")  # another cell: the view in cell-a's output is refreshed
+    assert displayed == [view, view] and view.snapshots[0]["values_changed"].tolist()[:2] == [False, True]
