@@ -6,7 +6,7 @@ sends back per block the mean, min and max: the view draws the mean (smooth fiel
 largest magnitude (sparse spikes), and the three together fingerprint the block for diff mode.
 
 Diff mode compares with the previous snapshot a view took: the engine keeps it (per view token, a few
-hundred kB each), so only a change mask travels. A change that keeps a block's mean, min and max (two
+hundred kB each, the last 32 views), so only a change mask travels. A change that keeps a block's mean, min and max (two
 values swapped inside one block) goes unseen; blocks of one element, as in tensors that need no reduction,
 are compared exactly.
 
@@ -26,7 +26,7 @@ from collections import OrderedDict
 # Tensors up to this many elements get their values sent whole, for the values table.
 SMALL_TENSOR = 64
 # Previous snapshots kept per engine (views that were closed never say so; the oldest are dropped).
-KEPT_SNAPSHOTS = 64
+KEPT_SNAPSHOTS = 32
 
 _previous: OrderedDict = OrderedDict()
 
