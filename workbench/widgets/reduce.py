@@ -6,9 +6,9 @@ sends back per block the mean, min and max: the view draws the mean (smooth fiel
 largest magnitude (sparse spikes), and the three together fingerprint the block for diff mode.
 
 Diff mode compares with the previous snapshot a view took: the engine keeps it (per view token, a few
-hundred kB each, the last 32 views), so only a change mask travels. A change that keeps a block's mean, min and max (two
-values swapped inside one block) goes unseen; blocks of one element, as in tensors that need no reduction,
-are compared exactly.
+hundred kB each, for the last 32 views), so only a change mask travels. A change that keeps a block's
+mean, min and max (two values swapped inside one block) goes unseen; blocks of one element, as in tensors
+that need no reduction, are compared exactly.
 
 Examples
 --------
