@@ -145,20 +145,22 @@ def atomic_kernel(context, inp, out, accumulators, flags, epochs, n, rank: tl.co
     epoch = tl.load(epochs + pid) + 1
     # Call k uses accumulator k % 2, zeroed by its owner at call k - 2, before this rank's call k - 1 ended.
     acc = accumulators + (epoch % 2) * n
+    replies = tl.zeros([BLOCK], tl.float32)
     for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
         offs = block * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         value = tl.load(inp + offs, mask=mask).to(tl.float32)
         for i in tl.static_range(world):
             peer = (rank + i) % world
-            tl.atomic_add(ctx.as_remote(acc + offs, peer, mask, HINT), value, mask=mask, sem="relaxed",
-                          scope="sys")
-    # On a GPU the relaxed adds above are fire-and-forget reductions that may still be in flight over
-    # NVLink when one thread raises the flags: every thread first passes a system-scope release (a fence
-    # that waits for its own earlier memory operations), here an atomic add of zero to its lanes of the
-    # local accumulator. (Measured on 2xH200: without it the first read of the sums missed peers' adds.)
-    lanes = tl.arange(0, BLOCK)
-    tl.atomic_add(acc + lanes, tl.zeros([BLOCK], tl.float32), mask=lanes < n, sem="release", scope="sys")
+            old = tl.atomic_add(ctx.as_remote(acc + offs, peer, mask, HINT), value, mask=mask, sem="relaxed",
+                                scope="sys")
+            replies += tl.where(mask, old, 0.0)
+    # The flags must not go up while an add is still on its way to a peer. An add whose old value is never
+    # used is fire-and-forget on a GPU, and a release by one thread does not wait for the other threads'
+    # adds (measured on 2xH200: the sums missed peers' adds). So every add's reply is consumed: each thread
+    # waits for all of them before the block-wide sum below, which comes before the flags.
+    settled = tl.sum(replies * 0.0, axis=0)  # 0 or NaN, known only once every reply is in
+    tl.store(epochs + pid, epoch - 1 + (settled > 3.0e38).to(tl.int32))  # rewrites epoch - 1, unchanged
     exchange(ctx, flags, ADDED, epoch, pid, num_programs)
     for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
         offs = block * BLOCK + tl.arange(0, BLOCK)
