@@ -10,7 +10,7 @@ own for host exchange), with NVLink multicast (NVLS) off, as on the machines thi
 sides are timed as CUDA-graph replays (several calls per graph, timed with events; eager loops where a
 capture fails, marked in the table). Reported per size: latency in µs and bus bandwidth, ``2 (n - 1) / n *
 bytes / t`` for all_reduce and ``(n - 1) / n * bytes / t`` for all_gather (bytes: the output). The table and
-the goals, met or missed, go to benchmarks/RESULTS.md; the plot to benchmarks/allreduce.png.
+the goals, met or missed, go to benchmarks/RESULTS.md; the plot to benchmarks/allreduce_<N>gpu.png.
 """
 
 from __future__ import annotations
@@ -111,7 +111,10 @@ def bench_all_reduce(ctx, nbytes: int, dtype) -> dict:
         if variant == "atomic" and nbytes > ATOMIC_MAX_BYTES:
             continue
         config = _config(variant)
-        workspace = iris.ccl.all_reduce(out, inp, ctx, config=config)  # allocates, outside any capture
+        try:
+            workspace = iris.ccl.all_reduce(out, inp, ctx, config=config)  # allocates, outside any capture
+        except NotImplementedError:  # the atomic variant's open bug on GPUs: not timed where it is refused
+            continue
         times[variant] = measure(
             lambda c=config, w=workspace: iris.ccl.all_reduce(out, inp, ctx, config=c, workspace=w), calls)
         del workspace  # released (collectively) at the next allocation
@@ -278,13 +281,14 @@ def main() -> None:
 
 def report(reduce_rows: dict, gather_rows: dict, world: int) -> None:
     here = os.path.dirname(os.path.abspath(__file__))
-    plot(reduce_rows, gather_rows, world, os.path.join(here, "allreduce.png"))
+    plot(reduce_rows, gather_rows, world, os.path.join(here, f"allreduce_{world}gpu.png"))
     body = [
         f"{environment()}; {world} ranks, one per GPU; NCCL {'.'.join(map(str, torch.cuda.nccl.version()))} with "
         f"NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')}; both sides timed as CUDA-graph replays "
         "(20 calls per graph up to 4 MiB, 1 above), slowest rank's mean; bus bandwidth 2(n-1)/n x bytes / t "
         "(all_gather: (n-1)/n x output bytes / t). auto = the size rule (one_shot while bytes x (n-1) <= 1 MiB, "
-        f"else two_shot); atomic not run above {_size(ATOMIC_MAX_BYTES)}. Plot: benchmarks/allreduce.png.", "",
+        f"else two_shot); atomic not run above {_size(ATOMIC_MAX_BYTES)} nor where refused (an open bug with "
+        f"several blocks per program on GPUs). Plot: benchmarks/allreduce_{world}gpu.png.", "",
         "Goals (all_reduce, auto against NCCL):", "", *goals(reduce_rows), "",
         *table(reduce_rows, world, gather=False),
         *table({f"all_gather {k}": v for k, v in gather_rows.items()}, world, gather=True),

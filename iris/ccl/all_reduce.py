@@ -13,7 +13,8 @@ Four algorithms, all over flat blocks of the flattened tensors, summing in float
 * ``atomic``: each rank atomically adds its input (as float32) into every rank's float32 accumulator, then
   each converts its accumulator into its output and zeroes it. One flag exchange; the accumulators are
   double-buffered by call parity, so a call never waits for peers to finish reading. Remote float atomics
-  are slower than loads and stores: there for comparison and upstream parity.
+  are slower than loads and stores: there for comparison and upstream parity. On GPUs it is refused when a
+  program would loop over several blocks: it returned wrong sums there (an open bug, see :func:`all_reduce`).
 
 Size rule (``Config(all_reduce_variant=None)``, :func:`choose_variant`): one_shot while the bytes each rank
 reads, ``nbytes * (world - 1)``, are at most 1 MiB; two_shot above.
@@ -244,6 +245,14 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
                          f"input; only {IN_PLACE_VARIANTS} run in place (output is input)")
     n, world, rank = input_tensor.numel(), ctx.num_ranks, ctx.cur_rank
     grid, block, wait_done = (workspace.programs,), workspace.key[5], not async_op
+    if variant == "atomic" and ctx.device.type == "cuda" and cdiv(n, block) > workspace.programs:
+        # Measured on 2 and 4 H200s (2026-11-21): when a program loops over several blocks, the sums miss
+        # peers' adds; exact on the CPU and with one block per program. Refuse rather than return wrong sums.
+        raise NotImplementedError(
+            f"rank {rank}: the atomic all_reduce gives wrong sums on GPUs when a program handles several "
+            f"blocks ({cdiv(n, block)} blocks of {block} elements over {workspace.programs} programs here), "
+            "a known open bug: use another variant, or Config(block_size=...) large enough for one block per "
+            "program")
     common = dict(rank=rank, world=world, BLOCK=block, num_warps=config.num_warps)
     if variant == "one_shot":
         one_shot_kernel[grid](ctx.get_device_context(), input_tensor, output_tensor, workspace.flags,
