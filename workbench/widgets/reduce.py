@@ -107,7 +107,7 @@ shape, and the plane's ``stats`` (min, max, mean).
     counts = _block_counts(x.shape[0], blocks[0])
     if x.dim() == 2:
         counts = counts[:, None] * _block_counts(x.shape[1], blocks[1])[None, :]
-    sums = sums.to(torch.float64)
+    sums = sums.to(torch.float64).cpu()  # reduced on the tensor's device; the few block values come home
     as_numpy = lambda t: t.to(torch.float32).cpu().numpy()
     stats = {"min": float(lows.min()), "max": float(highs.max()), "mean": float(sums.sum() / x.numel())}
     return {"mean": as_numpy(sums / counts), "min": as_numpy(lows), "max": as_numpy(highs), "block": blocks,
