@@ -83,7 +83,7 @@ def all_reduce_every_variant(shapes, block_size, calls=2):
     where the summation order is fixed."""
     ctx = _ctx()
     r, world = ctx.cur_rank, ctx.num_ranks
-    checked = 0
+    checked = refused = 0
     for shape in map(tuple, shapes):
         for dtype in DTYPES:
             for variant in (*ALL_REDUCE_VARIANTS, None):
@@ -93,7 +93,7 @@ def all_reduce_every_variant(shapes, block_size, calls=2):
                 if variant == "atomic" and _atomic_refused(ctx, inp, config):
                     _raises(NotImplementedError, "known open bug",
                             lambda: ctx.ccl.all_reduce(out, inp, config=config))  # noqa: B023
-                    checked += calls
+                    refused += 1
                     continue
                 for call in range(calls):
                     _fill(ctx, inp, r, call)
@@ -120,7 +120,7 @@ def all_reduce_every_variant(shapes, block_size, calls=2):
                                  _sum_reference(world, calls, shape, dtype), dtype, world)
                     checked += 1
                 ctx.barrier()
-    return {"rank": r, "checked": checked, "variant_of_1KiB": iris.ccl.choose_variant(1024, world)}
+    return {"rank": r, "checked": checked, "refused": refused, "variant_of_1KiB": iris.ccl.choose_variant(1024, world)}
 
 
 # ------------------------------------------------------------------ the other collectives
