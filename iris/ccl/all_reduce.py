@@ -13,8 +13,7 @@ Four algorithms, all over flat blocks of the flattened tensors, summing in float
 * ``atomic``: each rank atomically adds its input (as float32) into every rank's float32 accumulator, then
   each converts its accumulator into its output and zeroes it. One flag exchange; the accumulators are
   double-buffered by call parity, so a call never waits for peers to finish reading. Remote float atomics
-  are slower than loads and stores: there for comparison and upstream parity. On GPUs it is refused when a
-  program would loop over several blocks: it returned wrong sums there (an open bug, see :func:`all_reduce`).
+  are slower than loads and stores: there for comparison and upstream parity.
 
 Size rule (``Config(all_reduce_variant=None)``, :func:`choose_variant`): one_shot while the bytes each rank
 reads, ``nbytes * (world - 1)``, are at most 1 MiB; two_shot above.
@@ -146,28 +145,25 @@ def atomic_kernel(context, inp, out, accumulators, flags, epochs, n, rank: tl.co
     epoch = tl.load(epochs + pid) + 1
     # Call k uses accumulator k % 2, zeroed by its owner at call k - 2, before this rank's call k - 1 ended.
     acc = accumulators + (epoch % 2) * n
-    replies = tl.zeros([BLOCK], tl.float32)
     for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
         offs = block * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         value = tl.load(inp + offs, mask=mask).to(tl.float32)
         for i in tl.static_range(world):
             peer = (rank + i) % world
-            old = tl.atomic_add(ctx.as_remote(acc + offs, peer, mask, HINT), value, mask=mask, sem="relaxed",
-                                scope="sys")
-            replies += tl.where(mask, old, 0.0)
-    # The flags must not go up while an add is still on its way to a peer. An add whose old value is never
-    # used is fire-and-forget on a GPU, and a release by one thread does not wait for the other threads'
-    # adds (measured on 2xH200: the sums missed peers' adds). So every add's reply is consumed: each thread
-    # waits for all of them before the block-wide sum below, which comes before the flags.
-    settled = tl.sum(replies * 0.0, axis=0)  # 0 or NaN, known only once every reply is in
-    tl.store(epochs + pid, epoch - 1 + (settled > 3.0e38).to(tl.int32))  # rewrites epoch - 1, unchanged
+            tl.atomic_add(ctx.as_remote(acc + offs, peer, mask, HINT), value, mask=mask, sem="relaxed",
+                          scope="sys")
     exchange(ctx, flags, ADDED, epoch, pid, num_programs)
     for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
         offs = block * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
-        tl.store(out + offs, tl.load(acc + offs, mask=mask).to(out.dtype.element_ty), mask=mask)
-        tl.store(acc + offs, tl.zeros([BLOCK], tl.float32), mask=mask)
+        # Read the sums through an acquire atomic, not a plain load: on 2xH200 plain loads of the accumulator
+        # (even uncached, .cg) after the flags still missed some of the peers' NVLink adds, while an atomic
+        # read saw them all (measured 2026-11-21, tests/gpu/test_ccl_cuda.py).
+        zeros = tl.zeros([BLOCK], tl.float32)
+        total = tl.atomic_add(acc + offs, zeros, mask=mask, sem="acquire", scope="sys")
+        tl.store(out + offs, total.to(out.dtype.element_ty), mask=mask)
+        tl.store(acc + offs, zeros, mask=mask)
     tl.store(epochs + pid, epoch)
 
 
@@ -245,14 +241,6 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
                          f"input; only {IN_PLACE_VARIANTS} run in place (output is input)")
     n, world, rank = input_tensor.numel(), ctx.num_ranks, ctx.cur_rank
     grid, block, wait_done = (workspace.programs,), workspace.key[5], not async_op
-    if variant == "atomic" and ctx.device.type == "cuda" and cdiv(n, block) > workspace.programs:
-        # Measured on 2 and 4 H200s (2026-11-21): when a program loops over several blocks, the sums miss
-        # peers' adds; exact on the CPU and with one block per program. Refuse rather than return wrong sums.
-        raise NotImplementedError(
-            f"rank {rank}: the atomic all_reduce gives wrong sums on GPUs when a program handles several "
-            f"blocks ({cdiv(n, block)} blocks of {block} elements over {workspace.programs} programs here), "
-            "a known open bug: use another variant, or Config(block_size=...) large enough for one block per "
-            "program")
     common = dict(rank=rank, world=world, BLOCK=block, num_warps=config.num_warps)
     if variant == "one_shot":
         one_shot_kernel[grid](ctx.get_device_context(), input_tensor, output_tensor, workspace.flags,
