@@ -283,8 +283,9 @@ def report(reduce_rows: dict, gather_rows: dict, world: int) -> None:
         f"{environment()}; {world} ranks, one per GPU; NCCL {'.'.join(map(str, torch.cuda.nccl.version()))} with "
         f"NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')}; both sides timed as CUDA-graph replays "
         "(20 calls per graph up to 4 MiB, 1 above), slowest rank's mean; bus bandwidth 2(n-1)/n x bytes / t "
-        "(all_gather: (n-1)/n x output bytes / t). auto = the size rule (one_shot while bytes x (n-1) <= 1 MiB, "
-        f"else two_shot); atomic not run above {_size(ATOMIC_MAX_BYTES)}. Plot: benchmarks/allreduce_{world}gpu.png.",
+        "(all_gather: (n-1)/n x output bytes / t). auto = the size rule, "
+        f"{' '.join(iris.ccl.choose_variant.__doc__.split(chr(10) + chr(10))[0].split())} "
+        f"Atomic not run above {_size(ATOMIC_MAX_BYTES)}. Plot: benchmarks/allreduce_{world}gpu.png.",
         "",
         "Goals (all_reduce, auto against NCCL):", "", *goals(reduce_rows), "",
         *table(reduce_rows, world, gather=False),

@@ -54,6 +54,7 @@ def test_size_rule_and_reduce_scatter_ownership():
     assert choose_variant(256 << 10, 2) == "one_shot"
     assert choose_variant(1 << 20, 2) == "one_shot" and choose_variant((1 << 20) + 2, 2) == "two_shot"
     assert choose_variant(256 << 10, 8) == "two_shot"
+    assert choose_variant(64 << 20, 4) == "ring" and choose_variant(64 << 20, 3) == "two_shot"
     ranges = [owned_range(185, r, 3) for r in range(3)]
     assert ranges == [(0, 64), (64, 128), (128, 185)]
     assert [owned_range(20, r, 4) for r in range(4)] == [(0, 16), (16, 20), (20, 20), (20, 20)]

@@ -16,7 +16,7 @@ Four algorithms, all over flat blocks of the flattened tensors, summing in float
   are slower than loads and stores: there for comparison and upstream parity.
 
 Size rule (``Config(all_reduce_variant=None)``, :func:`choose_variant`): one_shot while the bytes each rank
-reads, ``nbytes * (world - 1)``, are at most 1 MiB; two_shot above.
+reads, ``nbytes * (world - 1)``, are at most 1 MiB; above, ring from 16 MiB on 4 ranks or more, else two_shot.
 
 Every algorithm ends (``async_op=False``) with the ranks knowing that no peer still reads their input or
 writes their output, so both may be reused at once in stream order. ``out`` may be ``inp`` for two_shot and
@@ -44,21 +44,31 @@ from .reduce_scatter import chunk_size, launch_reduce_chunks, launch_shape, sum_
 from .sync import exchange, flag_of, signal, wait_for
 from .workspace import Workspace, reuse_or_allocate
 
-ONE_SHOT_BYTES_READ = 1 << 20  # one_shot below this many bytes read per rank, two_shot above
+ONE_SHOT_BYTES_READ = 1 << 20  # one_shot below this many bytes read per rank
+RING_FROM_BYTES, RING_FROM_WORLD = 16 << 20, 4  # ring for large tensors on 4 ranks or more, else two_shot
 IN_PLACE_VARIANTS = ("two_shot", "atomic")
 ARRIVED, DONE = tl.constexpr(0), tl.constexpr(1)  # one_shot's flag slots (kernels read only constexpr globals)
 ADDED = tl.constexpr(0)  # atomic's flag slot
 
 
 def choose_variant(nbytes: int, world: int) -> str:
-    """The size rule: one_shot while ``nbytes * (world - 1) <= 1 MiB``, else two_shot.
+    """The size rule: one_shot while ``nbytes * (world - 1) <= 1 MiB``; above, ring from 16 MiB on 4 ranks or
+    more, else two_shot.
+
+    Measured on H200s (2026-11-21, benchmarks/RESULTS.md): on 4 GPUs ring beat two_shot by 4-10% from 16 MiB
+    (262 against 249 GB/s bus bandwidth in bf16 at 16 MiB, 336 against 317 at 1 GiB); on 2 GPUs two_shot
+    was as fast or faster at every size.
 
     Examples
     --------
     >>> choose_variant(256 << 10, 2), choose_variant(256 << 10, 8), choose_variant(64 << 20, 2)
     ('one_shot', 'two_shot', 'two_shot')
+    >>> choose_variant(64 << 20, 4)
+    'ring'
     """
-    return "one_shot" if nbytes * max(world - 1, 1) <= ONE_SHOT_BYTES_READ else "two_shot"
+    if nbytes * max(world - 1, 1) <= ONE_SHOT_BYTES_READ:
+        return "one_shot"
+    return "ring" if world >= RING_FROM_WORLD and nbytes >= RING_FROM_BYTES else "two_shot"
 
 
 # ---------------------------------------------------------------------------------------------- one_shot
