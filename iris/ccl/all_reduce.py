@@ -240,9 +240,6 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
     check_op(ctx, op)
     check_group(ctx, group)
     check_tensors(ctx, "all_reduce", output_tensor, input_tensor, reduce=True)
-    if output_tensor.shape != input_tensor.shape:
-        raise ValueError(f"rank {ctx.cur_rank}: all_reduce output {list(output_tensor.shape)} and input "
-                         f"{list(input_tensor.shape)} must have the same shape")
     workspace = all_reduce_preamble(output_tensor, input_tensor, ctx, config, workspace)
     variant = workspace.key[1]
     if overlaps(output_tensor, input_tensor) and (

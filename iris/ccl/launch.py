@@ -37,7 +37,7 @@ def check_group(ctx, group) -> None:
 
 
 def check_tensors(ctx, collective: str, out: torch.Tensor, inp: torch.Tensor, reduce: bool = False) -> None:
-    """Both on the heap, contiguous, of one dtype (a float dtype for reductions), on the context's device."""
+    """Both on the heap, contiguous, of one dtype; for reductions also a float dtype and one shape."""
     rank = ctx.cur_rank
     for name, tensor in (("input", inp), ("output", out)):
         if not isinstance(tensor, torch.Tensor):
@@ -53,6 +53,9 @@ def check_tensors(ctx, collective: str, out: torch.Tensor, inp: torch.Tensor, re
         raise ValueError(f"rank {rank}: {collective} output is {out.dtype} but input is {inp.dtype}: use one dtype")
     if reduce and inp.dtype not in REDUCE_DTYPES:
         raise ValueError(f"rank {rank}: {collective} reduces float32, float16 or bfloat16 tensors, not {inp.dtype}")
+    if reduce and out.shape != inp.shape:
+        raise ValueError(f"rank {rank}: {collective} output {list(out.shape)} and input {list(inp.shape)} must "
+                         "have the same shape")
 
 
 def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:

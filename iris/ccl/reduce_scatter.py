@@ -126,9 +126,6 @@ def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_
     check_op(ctx, op)
     check_group(ctx, group)
     check_tensors(ctx, "reduce_scatter", output_tensor, input_tensor, reduce=True)
-    if output_tensor.shape != input_tensor.shape:
-        raise ValueError(f"rank {ctx.cur_rank}: reduce_scatter output {list(output_tensor.shape)} and input "
-                         f"{list(input_tensor.shape)} must have the same shape")
     if overlaps(output_tensor, input_tensor) and output_tensor.data_ptr() != input_tensor.data_ptr():
         raise ValueError(f"rank {ctx.cur_rank}: reduce_scatter output partly overlaps the input; use the same "
                          "tensor (in place) or separate ones")
