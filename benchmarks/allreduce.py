@@ -27,15 +27,17 @@ import torch.distributed as dist  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.results import environment, write_section  # noqa: E402
-from iris.ccl import ALL_REDUCE_VARIANTS, Config  # noqa: E402
+from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [8 * KiB, 32 * KiB, 128 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB]
-GATHER_SIZES = [8 * KiB, 256 * KiB, 4 * MiB, 64 * MiB, 1 * GiB]
+GATHER_SIZES = [8 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB]
 CHECK_SIZES = [8 * KiB + 6, 1 * MiB + 2, 16 * MiB]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 OURS = ("auto", *ALL_REDUCE_VARIANTS)
-ATOMIC_MAX_BYTES = 64 * MiB  # remote float atomics are slow and need 2 fp32 accumulators: not beyond this
+# Variants for small and medium tensors, not run beyond: remote float atomics are slow and need two fp32
+# accumulators; the inboxes of one_shot and push hold 2 x world copies of the input.
+MAX_BYTES = {"atomic": 64 * MiB, "one_shot": 64 * MiB, "push": 64 * MiB}
 TIMED_MS = 20.0  # replays per measurement: about this long
 
 
@@ -108,7 +110,7 @@ def bench_all_reduce(ctx, nbytes: int, dtype) -> dict:
     calls = calls_per_graph(nbytes)
     times = {"NCCL": measure(lambda: dist.all_reduce(nccl), calls)}
     for variant in OURS:
-        if variant == "atomic" and nbytes > ATOMIC_MAX_BYTES:
+        if nbytes > MAX_BYTES.get(variant, nbytes):
             continue
         config = _config(variant)
         workspace = iris.ccl.all_reduce(out, inp, ctx, config=config)  # allocates, outside any capture
@@ -119,23 +121,30 @@ def bench_all_reduce(ctx, nbytes: int, dtype) -> dict:
 
 
 def bench_all_gather(ctx, nbytes: int, dtype) -> dict:
+    """{name: (µs, captured)} for NCCL's all_gather_into_tensor, ours by the size rule ("auto") and each variant."""
     world = ctx.num_ranks
     n = nbytes // torch.tensor([], dtype=dtype).element_size() // world
     inp = ctx.randn(n, dtype=dtype)
     out = ctx.zeros(world * n, dtype=dtype)
     nccl_out = torch.empty_like(out)
     calls = calls_per_graph(nbytes)
-    workspace = iris.ccl.all_gather(out, inp, ctx)
-    return {
-        "NCCL": measure(lambda: dist.all_gather_into_tensor(nccl_out, inp), calls),
-        "iris": measure(lambda: iris.ccl.all_gather(out, inp, ctx, workspace=workspace), calls),
-    }
+    times = {"NCCL": measure(lambda: dist.all_gather_into_tensor(nccl_out, inp), calls)}
+    for variant in ("auto", *ALL_GATHER_VARIANTS):
+        if nbytes > MAX_BYTES.get(variant, nbytes):
+            continue
+        config = Config(all_gather_variant=None if variant == "auto" else variant)
+        workspace = iris.ccl.all_gather(out, inp, ctx, config=config)
+        times[variant] = measure(
+            lambda c=config, w=workspace: iris.ccl.all_gather(out, inp, ctx, config=c, workspace=w), calls)
+        del workspace
+    return times
 
 
 # ------------------------------------------------------------------ correctness
 
 def check(ctx) -> None:
-    """Every variant at a few odd sizes against NCCL on an fp32 copy of the same inputs; all_gather exactly."""
+    """Every all_reduce variant at a few odd sizes against NCCL on an fp32 copy of the same inputs; every
+    all_gather variant exactly."""
     world, failures = ctx.num_ranks, []
     for name, dtype in DTYPES.items():
         for nbytes in CHECK_SIZES:
@@ -151,18 +160,20 @@ def check(ctx) -> None:
                 error = (out.float() - reference).abs().max().item()
                 if error > tolerance * max(1.0, reference.abs().max().item() / 4):
                     failures.append(f"all_reduce {variant} {name} {_size(nbytes)}: max error {error:.3g}")
-            gathered, nccl = ctx.zeros(world * n, dtype=dtype), torch.empty(world * n, dtype=dtype, device="cuda")
-            iris.ccl.all_gather(gathered, inp, ctx)
+            nccl = torch.empty(world * n, dtype=dtype, device="cuda")
             dist.all_gather_into_tensor(nccl, inp)
-            if not torch.equal(gathered, nccl):
-                failures.append(f"all_gather {name} {_size(nbytes)} differs from NCCL")
+            for variant in ALL_GATHER_VARIANTS:
+                gathered = ctx.zeros(world * n, dtype=dtype)
+                iris.ccl.all_gather(gathered, inp, ctx, config=Config(all_gather_variant=variant))
+                if not torch.equal(gathered, nccl):
+                    failures.append(f"all_gather {variant} {name} {_size(nbytes)} differs from NCCL")
     torch.cuda.synchronize()
     everyone = [None] * world
     dist.all_gather_object(everyone, failures)
     if ctx.cur_rank == 0:
         bad = [f"rank {r}: {f}" for r, fs in enumerate(everyone) for f in fs]
         print("\n".join(bad) if bad else f"check passed: {len(OURS)} all_reduce variants x {len(DTYPES)} dtypes x "
-              f"{len(CHECK_SIZES)} sizes, and all_gather, on {world} ranks")
+              f"{len(CHECK_SIZES)} sizes, and {len(ALL_GATHER_VARIANTS)} all_gather variants, on {world} ranks")
     if any(everyone):
         sys.exit(1)
 
@@ -187,6 +198,7 @@ def speedup(times: dict, key: str = "auto") -> float:
 
 
 def goal_line(name: str, by_size: dict, goal) -> str | None:
+    """The goal met or missed by the size rule (column "auto")."""
     what, covers, needed, fmt = goal
     sizes = [s for s in by_size if covers(s)]
     if not sizes:
@@ -196,8 +208,8 @@ def goal_line(name: str, by_size: dict, goal) -> str | None:
     line = f"- {name}, {what}: **{'met' if ratio >= needed else 'missed'}** (worst: {fmt.format(ratio)} at " \
            f"{_size(worst)}"
     if ratio < needed:
-        ours = {k: t[0] for k, t in by_size[worst].items() if k != "NCCL"}
-        fastest = min(ours, key=ours.get)
+        mine = {k: t[0] for k, t in by_size[worst].items() if k != "NCCL"}
+        fastest = min(mine, key=mine.get)
         best = speedup(by_size[worst], fastest)
         line += (f"; fastest variant there: {fastest} at {fmt.format(best)}, so "
                  + ("the size rule should pick it" if best >= needed else
@@ -244,7 +256,7 @@ def plot(reduce_rows: dict, gather_rows: dict, world: int, path: str) -> None:
         for key in sorted(keys, key=lambda k: (k != "NCCL", k)):
             sizes = [s for s in by_size if key in by_size[s]]
             us = [by_size[s][key][0] for s in sizes]
-            style = dict(marker="o", linewidth=2.5 if key in ("NCCL", "auto", "iris") else 1)
+            style = dict(marker="o", linewidth=2.5 if key in ("NCCL", "auto") else 1)
             axes[0][column].plot(sizes, us, label=key, **style)
             axes[1][column].plot(sizes, [busbw(s, t, world, gather) for s, t in zip(sizes, us, strict=True)], label=key,
                                  **style)
@@ -285,9 +297,12 @@ def report(reduce_rows: dict, gather_rows: dict, world: int) -> None:
         "(20 calls per graph up to 4 MiB, 1 above), slowest rank's mean; bus bandwidth 2(n-1)/n x bytes / t "
         "(all_gather: (n-1)/n x output bytes / t). auto = the size rule, "
         f"{' '.join(iris.ccl.choose_variant.__doc__.split(chr(10) + chr(10))[0].split())} "
-        f"Atomic not run above {_size(ATOMIC_MAX_BYTES)}. Plot: benchmarks/allreduce_{world}gpu.png.",
+        + " ".join(f"{v} not run above {_size(b)}." for v, b in MAX_BYTES.items())
+        + f" Plot: benchmarks/allreduce_{world}gpu.png.",
         "",
         "Goals (all_reduce, auto against NCCL):", "", *goals(reduce_rows), "",
+        "Goals (all_gather, against NCCL's all_gather_into_tensor):", "",
+        *goals({f"all_gather {k}": v for k, v in gather_rows.items()}), "",
         *table(reduce_rows, world, gather=False),
         *table({f"all_gather {k}": v for k, v in gather_rows.items()}, world, gather=True),
     ]

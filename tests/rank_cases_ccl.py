@@ -8,11 +8,13 @@ raises in the rank (the test shows its log). Backend: env ``IRIS_TEST_BACKEND`` 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import torch
 
 import iris
-from iris.ccl import ALL_REDUCE_VARIANTS, Config, ReduceOp
+from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config, ReduceOp
+from iris.ccl.all_reduce import IN_PLACE_VARIANTS
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -98,7 +100,7 @@ def all_reduce_every_variant(shapes, block_size, calls=2):
                         if any(not torch.equal(o, everyone[0]) for o in everyone):
                             raise AssertionError(f"{what}: ranks disagree")
                     checked += 1
-                if variant in ("two_shot", "atomic"):
+                if variant in IN_PLACE_VARIANTS:
                     _fill(ctx, inp, r, calls)
                     ctx.barrier()
                     ctx.ccl.all_reduce(inp, inp, config=config)
@@ -108,6 +110,51 @@ def all_reduce_every_variant(shapes, block_size, calls=2):
                     checked += 1
                 ctx.barrier()
     return {"rank": r, "checked": checked, "variant_of_1KiB": iris.ccl.choose_variant(1024, world)}
+
+
+def back_to_back(numel, calls):
+    """``calls`` calls of every all_reduce and all_gather variant and of reduce_scatter queued with no host
+    synchronisation in between: each call's input is refilled on the device and its output copied aside in
+    stream order, so a rank that reuses a flag, an inbox or a peer's output too early shows up as a wrong
+    call. Inputs are small integers: every sum is exact in bf16."""
+    ctx = _ctx()
+    r, world = ctx.cur_rank, ctx.num_ranks
+    dtype = torch.bfloat16
+    inp, out = ctx.zeros(numel, dtype=dtype), ctx.zeros(numel, dtype=dtype)
+    gathered = ctx.zeros(world * numel, dtype=dtype)
+    lo, hi = iris.ccl.owned_range(numel, r, world)
+
+    def value(rank, call):  # rank's input of a call
+        return float((rank + 1) * (call % 7 + 1))
+
+    def run(kind, variant, workspace):  # one call: (its workspace, a copy of the result it left)
+        if kind == "all_reduce":
+            workspace = iris.ccl.all_reduce(out, inp, ctx, config=Config(all_reduce_variant=variant),
+                                            workspace=workspace)
+            return workspace, out.clone()
+        if kind == "all_gather":
+            workspace = iris.ccl.all_gather(gathered, inp, ctx, config=Config(all_gather_variant=variant),
+                                            workspace=workspace)
+            return workspace, gathered.clone()
+        return iris.ccl.reduce_scatter(out, inp, ctx, workspace=workspace), out[lo:hi].clone()
+
+    def expected(kind, call):
+        if kind == "all_gather":
+            return torch.cat([torch.full((numel,), value(s, call), dtype=dtype) for s in range(world)])
+        total = torch.full((numel,), sum(value(s, call) for s in range(world)), dtype=dtype)
+        return total if kind == "all_reduce" else total[lo:hi]
+
+    cases = [("all_reduce", v) for v in ALL_REDUCE_VARIANTS] + [("all_gather", v) for v in ALL_GATHER_VARIANTS]
+    for kind, variant in [*cases, ("reduce_scatter", None)]:
+        history, workspace = [], None
+        ctx.barrier()
+        for call in range(calls):
+            inp.fill_(value(r, call))
+            workspace, result = run(kind, variant, workspace)
+            history.append(result)
+        for call, got in enumerate(history):
+            _check_equal(f"{kind} {variant}: call {call} of {calls} back to back", got, expected(kind, call))
+    return {"rank": r, "calls": calls}
 
 
 # ------------------------------------------------------------------ the other collectives
@@ -160,15 +207,17 @@ def _reduce_scatter(ctx, shape, dtype, in_place, config):
 
 
 def other_collectives(block_size):
-    """all_gather (also in place), all_to_all, reduce_scatter (also in place) in fp32/fp16/bf16 with odd
+    """all_gather (both variants, also in place), all_to_all, reduce_scatter (also in place) in fp32/fp16/bf16 with odd
     shapes, twice each (workspace reuse)."""
     ctx = _ctx()
     config = Config(block_size=block_size, block_size_m=4, block_size_n=16, comm_sms=3)
     owned = []
     for dtype in DTYPES:
         for _ in range(2):
-            _all_gather(ctx, (5, 37), dtype, False, config)
-            _all_gather(ctx, (3, 7), dtype, True, config)
+            for variant in ALL_GATHER_VARIANTS:
+                gather = replace(config, all_gather_variant=variant)
+                _all_gather(ctx, (5, 37), dtype, False, gather)
+                _all_gather(ctx, (3, 7), dtype, True, gather)
             _all_to_all(ctx, 5, 19, dtype, config)
             owned.append(_reduce_scatter(ctx, (5, 37), dtype, False, config))
             _reduce_scatter(ctx, (7, 3), dtype, True, config)
@@ -216,7 +265,7 @@ def barrier_async_and_errors():
         _raises(NotImplementedError, "group=None", lambda: ctx.ccl.all_gather(out, inp, group=object())),
         _raises(ValueError, "ctx.zeros", lambda: ctx.ccl.all_reduce(out, off_heap)),
         _raises(ValueError, "separate", lambda: ctx.ccl.all_reduce(
-            inp, inp, config=Config(all_reduce_variant="one_shot"))),
+            inp, inp, config=Config(all_reduce_variant="ring"))),
         _raises(ValueError, "shape", lambda: ctx.ccl.all_gather(out, inp)),
         _raises(ValueError, "all_reduce_variant", lambda: Config(all_reduce_variant="tree")),
     ]

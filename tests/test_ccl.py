@@ -65,8 +65,8 @@ def test_size_rule_and_reduce_scatter_ownership():
 @pytest.mark.parametrize("world", [2, 3])
 def test_all_reduce_every_variant_dtype_and_odd_shape(world):
     results = run_ranks(world, f"{CASES}:all_reduce_every_variant", ODD_SHAPES, 32, timeout=240)
-    # per shape: 3 dtypes x (5 variants x 2 calls + 2 in place)
-    assert all(r["checked"] == len(ODD_SHAPES) * 3 * 12 for r in results)
+    # per shape: 3 dtypes x (5 variants x 2 calls + 3 in place)
+    assert all(r["checked"] == len(ODD_SHAPES) * 3 * 13 for r in results)
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -74,6 +74,10 @@ def test_all_gather_all_to_all_reduce_scatter(world):
     results = run_ranks(world, f"{CASES}:other_collectives", 32, timeout=240)
     assert [r["owned"] for r in results] == [hi - lo for lo, hi in (owned_range(185, r, world)
                                                                     for r in range(world))]
+
+
+def test_back_to_back_calls_without_host_synchronisation():
+    assert all(r["calls"] == 5 for r in run_ranks(3, f"{CASES}:back_to_back", 185, 5, timeout=240))
 
 
 def test_device_barrier_async_op_and_errors():

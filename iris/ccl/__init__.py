@@ -14,8 +14,9 @@ Common rules:
 * inputs are left intact; which collectives may run in place is said in each one's documentation;
 * ``op`` is SUM only (other ``ReduceOp`` values raise NotImplementedError); ``group`` must be None;
 * ``async_op=False``: in stream order after the call the output is complete and the tensors reusable.
-  ``async_op=True``: the final flag exchange is skipped; call ``wait()`` on the returned workspace (a
-  device barrier, upstream's "barrier at the end") before touching the tensors or calling again.
+  ``async_op=True``: the final flag exchange (where there is one) is skipped; call ``wait()`` on the
+  returned workspace (a device barrier, upstream's "barrier at the end") before touching the tensors or
+  calling again.
 * Each call returns its :class:`Workspace` (flags, per-program call counters on the device, scratch);
   passing it back reuses it. Allocating one is collective, so the first call must run outside a CUDA graph
   capture.
@@ -32,12 +33,13 @@ from .all_gather import all_gather
 from .all_reduce import all_reduce, all_reduce_preamble, choose_variant
 from .all_to_all import all_to_all
 from .barrier import device_barrier
-from .config import ALL_REDUCE_VARIANTS, Config, ReduceOp
+from .config import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config, ReduceOp
 from .namespace import CCL
 from .reduce_scatter import owned_range, reduce_scatter
 from .workspace import Work, Workspace
 
 __all__ = [
-    "ALL_REDUCE_VARIANTS", "CCL", "Config", "ReduceOp", "Work", "Workspace", "all_gather", "all_reduce",
-    "all_reduce_preamble", "all_to_all", "choose_variant", "device_barrier", "owned_range", "reduce_scatter",
+    "ALL_GATHER_VARIANTS", "ALL_REDUCE_VARIANTS", "CCL", "Config", "ReduceOp", "Work", "Workspace", "all_gather",
+    "all_reduce", "all_reduce_preamble", "all_to_all", "choose_variant", "device_barrier", "owned_range",
+    "reduce_scatter",
 ]

@@ -1,9 +1,19 @@
 """all_gather: every rank's output is the concatenation, along dim 0, of every rank's input.
 
 As ``torch.distributed.all_gather_into_tensor``: input (M, ...) on each rank, output (world * M, ...),
-rank s's input landing in rows ``[s * M, (s + 1) * M)``. Each rank pulls every peer's input into its own
-output (reads over the links, local writes), starting with a different peer on every rank. The input may
-be this rank's own slice of the output (``out[rank * M:(rank + 1) * M]``, in place); no other overlap.
+rank s's input landing in rows ``[s * M, (s + 1) * M)``. The input may be this rank's own slice of the
+output (``out[rank * M:(rank + 1) * M]``, in place); no other overlap. Two algorithms
+(``Config(all_gather_variant=...)``, an addition to upstream's Config):
+
+* ``push`` (small inputs): each rank writes its input into every peer's inbox, one flag exchange, then
+  copies the rows into its output locally (:mod:`iris.ccl.inbox`). Lowest latency; the workspace holds
+  2 x world x the input.
+* ``pull`` (large inputs): one flag exchange, each rank reads every peer's input into its own output
+  (reads over the links, local writes, starting with a different peer on every rank), a second exchange
+  says that nobody reads the inputs any more. No copy and no scratch: the bandwidth choice.
+
+Size rule (``all_gather_variant=None``): push while ``input bytes * (world - 1) <= 1 MiB``
+(:func:`iris.ccl.inbox.use_inbox`), else pull.
 
 Examples
 --------
@@ -18,17 +28,35 @@ import triton.language as tl
 
 from ..device import DeviceContext
 from .config import Config
+from .inbox import deliver, inbox_numel, inbox_stride, use_inbox
 from .launch import block_size, cdiv, check_group, check_tensors, hint, overlaps, programs
 from .sync import exchange
 from .workspace import Workspace, reuse_or_allocate
 
-ARRIVED, DONE = tl.constexpr(0), tl.constexpr(1)  # flag slots (kernels read only constexpr globals)
+ARRIVED, DONE = tl.constexpr(0), tl.constexpr(1)  # pull's flag slots (kernels read only constexpr globals)
 SLOTS = 2
 
 
 @triton.jit
-def all_gather_kernel(context, src, src_step, out, flags, epochs, n, rank: tl.constexpr, world: tl.constexpr,
-                      BLOCK: tl.constexpr, WAIT_DONE: tl.constexpr, HINT: tl.constexpr):
+def push_kernel(context, inp, out, inbox, flags, epochs, n, stride, rank: tl.constexpr, world: tl.constexpr,
+                BLOCK: tl.constexpr, HINT: tl.constexpr):
+    ctx = DeviceContext.initialize(context, rank, world)
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    epoch = tl.load(epochs + pid) + 1
+    box = deliver(ctx, inp, inbox, flags, epoch, n, stride, pid, num_programs, BLOCK, HINT)
+    for source in tl.static_range(world):
+        row = inp if source == rank else box + source * stride  # in place, this rank's row copies onto itself
+        for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
+            offs = block * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < n
+            tl.store(out + source * n + offs, tl.load(row + offs, mask=mask), mask=mask)
+    tl.store(epochs + pid, epoch)
+
+
+@triton.jit
+def pull_kernel(context, src, src_step, out, flags, epochs, n, rank: tl.constexpr, world: tl.constexpr,
+                BLOCK: tl.constexpr, WAIT_DONE: tl.constexpr, HINT: tl.constexpr):
     # Rank s's input is at src + s * src_step: src_step is 0 for a separate input (same offset on every
     # rank), n in place (each rank's input is its own slice of the output, at a different offset).
     ctx = DeviceContext.initialize(context, rank, world)
@@ -63,6 +91,7 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     async_op : bool
         True: return at once; ``wait()`` on the result (a device barrier) before reusing the tensors.
     config : Config, optional
+        ``all_gather_variant`` picks the algorithm (None: by size).
     workspace : Workspace, optional
         From an earlier call with the same shapes (``ctx.ccl`` keeps one for you).
 
@@ -89,11 +118,18 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
                          f"out[{rank} * M:{rank + 1} * M]; use that slice or a separate tensor")
     block = block_size(ctx, config)
     grid = programs(ctx, config, cdiv(n, block))
-    key = ("all_gather", "pull", n, input_tensor.dtype, grid, block)
+    variant = config.all_gather_variant or ("push" if use_inbox(n * input_tensor.element_size(), world) else "pull")
+    key = ("all_gather", variant, n, input_tensor.dtype, grid, block)
+    common = dict(rank=rank, world=world, BLOCK=block, num_warps=config.num_warps)
+    if variant == "push":
+        workspace = reuse_or_allocate(ctx, workspace, key, grid, 1, (inbox_numel(n, world), input_tensor.dtype))
+        push_kernel[(grid,)](ctx.get_device_context(), input_tensor, output_tensor, workspace.scratch,
+                             workspace.flags, workspace.epochs, n, inbox_stride(n),
+                             HINT=hint((workspace.scratch, 0)), **common)
+        return workspace
     workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS)
     in_place = input_tensor.data_ptr() == own_slice
     src, src_step = (output_tensor, n) if in_place else (input_tensor, 0)
-    all_gather_kernel[(grid,)](ctx.get_device_context(), src, src_step, output_tensor, workspace.flags,
-                               workspace.epochs, n, rank=rank, world=world, BLOCK=block, WAIT_DONE=not async_op,
-                               HINT=hint(*((src, s * src_step) for s in range(world))), num_warps=config.num_warps)
+    pull_kernel[(grid,)](ctx.get_device_context(), src, src_step, output_tensor, workspace.flags, workspace.epochs,
+                         n, WAIT_DONE=not async_op, HINT=hint(*((src, s * src_step) for s in range(world))), **common)
     return workspace

@@ -2,8 +2,9 @@
 
 Four algorithms, all over flat blocks of the flattened tensors, summing in float32:
 
-* ``one_shot``: each rank reads every rank's input and sums locally. One read of (world - 1) x the data
-  per rank, two flag exchanges: lowest latency, the choice for small tensors.
+* ``one_shot``: each rank writes its input into every peer's inbox, one flag exchange, then sums the
+  inboxes locally (:mod:`iris.ccl.inbox`). (world - 1) x the data written per rank, as posted stores, and a
+  single exchange: lowest latency, the choice for small tensors; its workspace holds 2 x world x the tensor.
 * ``two_shot``: reduce_scatter then all_gather: rank r reads every rank's r-th chunk, sums it, and writes
   the sum into every rank's output. Each rank moves 2 (world - 1) / world x the data: the bandwidth choice.
 * ``ring``: the classic ring (world - 1 reduce-scatter steps then world - 1 all-gather steps, each only to
@@ -16,12 +17,12 @@ Four algorithms, all over flat blocks of the flattened tensors, summing in float
   are slower than loads and stores: there for comparison and upstream parity.
 
 Size rule (``Config(all_reduce_variant=None)``, :func:`choose_variant`): one_shot while the bytes each rank
-reads, ``nbytes * (world - 1)``, are at most 1 MiB; above, ring from 16 MiB on 4 ranks or more, else two_shot.
+writes, ``nbytes * (world - 1)``, are at most 1 MiB; above, ring from 16 MiB on 4 ranks or more, else two_shot.
 
 Every algorithm ends (``async_op=False``) with the ranks knowing that no peer still reads their input or
-writes their output, so both may be reused at once in stream order. ``out`` may be ``inp`` for two_shot and
-atomic (every rank reads its chunk of an input before anyone writes it); one_shot and ring need separate
-tensors. Inputs are left intact.
+writes their output, so both may be reused at once in stream order. ``out`` may be ``inp`` for one_shot,
+two_shot and atomic (every input element is read before anyone writes that element of an output); ring
+needs separate tensors. Inputs are left intact.
 
 Examples
 --------
@@ -38,16 +39,15 @@ import triton.language as tl
 
 from ..device import DeviceContext
 from .config import Config
+from .inbox import deliver, inbox_numel, inbox_stride, use_inbox
 from .launch import block_size, cdiv, check_group, check_op, check_tensors, hint, overlaps, programs
 from .reduce_scatter import SLOTS as TWO_SHOT_SLOTS
-from .reduce_scatter import chunk_size, launch_reduce_chunks, launch_shape, sum_over_ranks
+from .reduce_scatter import chunk_size, launch_reduce_chunks, launch_shape
 from .sync import exchange, flag_of, signal, wait_for
 from .workspace import Workspace, reuse_or_allocate
 
-ONE_SHOT_BYTES_READ = 1 << 20  # one_shot below this many bytes read per rank
 RING_FROM_BYTES, RING_FROM_WORLD = 16 << 20, 4  # ring for large tensors on 4 ranks or more, else two_shot
-IN_PLACE_VARIANTS = ("two_shot", "atomic")
-ARRIVED, DONE = tl.constexpr(0), tl.constexpr(1)  # one_shot's flag slots (kernels read only constexpr globals)
+IN_PLACE_VARIANTS = ("one_shot", "two_shot", "atomic")
 ADDED = tl.constexpr(0)  # atomic's flag slot
 
 
@@ -66,7 +66,7 @@ def choose_variant(nbytes: int, world: int) -> str:
     >>> choose_variant(64 << 20, 4)
     'ring'
     """
-    if nbytes * max(world - 1, 1) <= ONE_SHOT_BYTES_READ:
+    if use_inbox(nbytes, world):
         return "one_shot"
     return "ring" if world >= RING_FROM_WORLD and nbytes >= RING_FROM_BYTES else "two_shot"
 
@@ -74,20 +74,23 @@ def choose_variant(nbytes: int, world: int) -> str:
 # ---------------------------------------------------------------------------------------------- one_shot
 
 @triton.jit
-def one_shot_kernel(context, inp, out, flags, epochs, n, rank: tl.constexpr, world: tl.constexpr,
-                    BLOCK: tl.constexpr, WAIT_DONE: tl.constexpr, HINT: tl.constexpr):
+def one_shot_kernel(context, inp, out, inbox, flags, epochs, n, stride, rank: tl.constexpr, world: tl.constexpr,
+                    BLOCK: tl.constexpr, HINT: tl.constexpr):
     ctx = DeviceContext.initialize(context, rank, world)
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     epoch = tl.load(epochs + pid) + 1
-    exchange(ctx, flags, ARRIVED, epoch, pid, num_programs)
+    box = deliver(ctx, inp, inbox, flags, epoch, n, stride, pid, num_programs, BLOCK, HINT)
     for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
         offs = block * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
-        total = sum_over_ranks(ctx, inp + offs, mask, BLOCK, HINT)
+        total = tl.zeros([BLOCK], tl.float32)
+        for source in tl.static_range(world):  # in rank order, so that every rank gets the same bits
+            if source == rank:
+                total += tl.load(inp + offs, mask=mask).to(tl.float32)
+            else:
+                total += tl.load(box + source * stride + offs, mask=mask).to(tl.float32)
         tl.store(out + offs, total.to(out.dtype.element_ty), mask=mask)
-    if WAIT_DONE:  # nobody reads this rank's input any more
-        exchange(ctx, flags, DONE, epoch, pid, num_programs)
     tl.store(epochs + pid, epoch)
 
 
@@ -197,9 +200,11 @@ def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace
         grid = programs(ctx, config, cdiv(chunk_size(n, world), block))
         slots, scratch = 2 * world - 1, (n, input_tensor.dtype)  # scratch: partial sums
     else:
-        grid = programs(ctx, config, cdiv(n, block))
-        if variant == "atomic":
-            slots, scratch = 1, (2 * n, torch.float32)  # scratch: two accumulators
+        grid, slots = programs(ctx, config, cdiv(n, block)), 1
+        if variant == "one_shot":
+            scratch = (inbox_numel(n, world), input_tensor.dtype)
+        else:
+            scratch = (2 * n, torch.float32)  # scratch: two accumulators
     key = ("all_reduce", variant, n, input_tensor.dtype, grid, block)
     return reuse_or_allocate(ctx, workspace, key, grid, slots, scratch)
 
@@ -220,8 +225,8 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
         Sub-groups are not supported.
     async_op : bool
         False: in stream order after the call, the output is complete and both tensors reusable. True:
-        skip the final flag exchange; ``workspace.wait()`` (a device barrier) completes the call and must
-        come before the tensors or the workspace are used again.
+        skip the final flag exchange (two_shot and ring have one); ``workspace.wait()`` (a device barrier)
+        completes the call and must come before the tensors or the workspace are used again.
     config : Config, optional
         ``all_reduce_variant`` picks the algorithm (None: by size, see :func:`choose_variant`).
     workspace : Workspace, optional
@@ -250,8 +255,9 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
     grid, block, wait_done = (workspace.programs,), workspace.key[5], not async_op
     common = dict(rank=rank, world=world, BLOCK=block, num_warps=config.num_warps)
     if variant == "one_shot":
-        one_shot_kernel[grid](ctx.get_device_context(), input_tensor, output_tensor, workspace.flags,
-                              workspace.epochs, n, WAIT_DONE=wait_done, HINT=hint((input_tensor, 0)), **common)
+        one_shot_kernel[grid](ctx.get_device_context(), input_tensor, output_tensor, workspace.scratch,
+                              workspace.flags, workspace.epochs, n, inbox_stride(n),
+                              HINT=hint((workspace.scratch, 0)), **common)
     elif variant == "two_shot":
         launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, gather=True, wait_done=wait_done)
     elif variant == "ring":

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "ring", "atomic")
+ALL_GATHER_VARIANTS = ("push", "pull")
 
 
 class ReduceOp(IntEnum):
@@ -51,6 +52,8 @@ class Config:
         Warps per program on a GPU.
     use_gluon : bool
         Upstream's Gluon kernels; not available here (NotImplementedError when True).
+    all_gather_variant : {None, "push", "pull"}
+        Not upstream's: None picks by size (see :mod:`iris.ccl.all_gather`).
     reduce_scatter_variant : {"two_shot"}
         The only reduce_scatter algorithm, as upstream.
     swizzle_size, num_xcds, chunk_size, all_reduce_distribution, all_reduce_num_rings, all_reduce_ring_slice_n
@@ -70,6 +73,7 @@ class Config:
     num_warps: int = 8
     use_gluon: bool = False
     reduce_scatter_variant: str = "two_shot"
+    all_gather_variant: str | None = None
     swizzle_size: int = 6
     num_xcds: int | None = None
     chunk_size: int | None = None
@@ -80,6 +84,9 @@ class Config:
     def __post_init__(self):
         if self.all_reduce_variant not in (None, *ALL_REDUCE_VARIANTS):
             raise ValueError(f"all_reduce_variant={self.all_reduce_variant!r}: use one of {ALL_REDUCE_VARIANTS} "
+                             "or None (chosen by size)")
+        if self.all_gather_variant not in (None, *ALL_GATHER_VARIANTS):
+            raise ValueError(f"all_gather_variant={self.all_gather_variant!r}: use one of {ALL_GATHER_VARIANTS} "
                              "or None (chosen by size)")
         if self.reduce_scatter_variant != "two_shot":
             raise ValueError(f"reduce_scatter_variant={self.reduce_scatter_variant!r}: only 'two_shot' exists")

@@ -40,13 +40,28 @@ def wait_for(flag, epoch):
     tl.debug_barrier()  # on a GPU: no thread of the program reads data before the flag was seen
 
 
+@triton.constexpr_function
+def lanes(world):
+    """Lanes of a block with one lane per rank: ``world`` rounded up to a power of two (``tl.arange``'s rule)."""
+    return triton.next_power_of_2(world)
+
+
 @triton.jit
 def exchange(ctx, flags, slot, epoch, pid, num_programs):
-    """Tell every rank that this rank's program ``pid`` reached ``slot`` of call ``epoch``; wait for theirs."""
+    """Tell every rank that this rank's program ``pid`` reached ``slot`` of call ``epoch``; wait for theirs.
+
+    One lane per rank: the signals go out as one block of release atomics and the flags are polled as one
+    block of acquire loads, so an exchange costs one link round trip whatever the world size (one
+    ``atomic_xchg`` per peer in sequence costs one each: a release waits for the previous one to land).
+    """
     world: tl.constexpr = ctx.world_size
-    tl.debug_barrier()  # on a GPU: every thread's writes come before the (one-thread) release
-    for i in tl.static_range(world):
-        peer = (ctx.rank + i) % world
-        signal(ctx, flag_of(flags, slot, ctx.rank, pid, num_programs, world), epoch, peer)
-    for source in tl.static_range(world):
-        wait_for(flag_of(flags, slot, source, pid, num_programs, world), epoch)
+    lane = tl.arange(0, lanes(world))
+    live = lane < world
+    ranks = tl.where(live, lane, ctx.rank)  # spare lanes name this rank, so every address stays valid
+    tl.debug_barrier()  # on a GPU: every thread's writes come before the releases
+    mine = flag_of(flags, slot, ctx.rank, pid, num_programs, world) + tl.zeros_like(lane)
+    ctx.atomic_xchg(mine, epoch, ranks, mask=live, sem="release", scope="sys")
+    theirs = flag_of(flags, slot, ranks, pid, num_programs, world)
+    while tl.min(tl.atomic_add(theirs, 0, sem="acquire", scope="sys"), axis=0) < epoch:
+        pass
+    tl.debug_barrier()  # on a GPU: no thread of the program reads data before every flag was seen
