@@ -28,6 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.results import environment, write_section  # noqa: E402
 from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config  # noqa: E402
+from iris.ccl.all_reduce import RING_FROM_BYTES, RING_FROM_WORLD  # noqa: E402
+from iris.ccl.inbox import INBOX_BYTES  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [8 * KiB, 32 * KiB, 128 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB]
@@ -288,6 +290,17 @@ def main() -> None:
     dist.destroy_process_group()
 
 
+def rules() -> str:
+    """The size rules that pick the "auto" column, and the variants not run at every size, in words."""
+    by_limit = {}
+    for variant, limit in MAX_BYTES.items():
+        by_limit.setdefault(limit, []).append(variant)
+    return (f"auto = the size rule: inboxes (one_shot, push) while bytes x (n-1) <= {_size(INBOX_BYTES)}; "
+            f"above, all_reduce uses ring from {_size(RING_FROM_BYTES)} on {RING_FROM_WORLD} "
+            "ranks or more, else two_shot, and all_gather uses pull. "
+            + "; ".join(f"{', '.join(v)} not run above {_size(limit)}" for limit, v in sorted(by_limit.items())) + ".")
+
+
 def report(reduce_rows: dict, gather_rows: dict, world: int) -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     plot(reduce_rows, gather_rows, world, os.path.join(here, f"allreduce_{world}gpu.png"))
@@ -295,10 +308,7 @@ def report(reduce_rows: dict, gather_rows: dict, world: int) -> None:
         f"{environment()}; {world} ranks, one per GPU; NCCL {'.'.join(map(str, torch.cuda.nccl.version()))} with "
         f"NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')}; both sides timed as CUDA-graph replays "
         "(20 calls per graph up to 4 MiB, 1 above), slowest rank's mean; bus bandwidth 2(n-1)/n x bytes / t "
-        "(all_gather: (n-1)/n x output bytes / t). auto = the size rule, "
-        f"{' '.join(iris.ccl.choose_variant.__doc__.split(chr(10) + chr(10))[0].split())} "
-        + " ".join(f"{v} not run above {_size(b)}." for v, b in MAX_BYTES.items())
-        + f" Plot: benchmarks/allreduce_{world}gpu.png.",
+        f"(all_gather: (n-1)/n x output bytes / t). {rules()} Plot: benchmarks/allreduce_{world}gpu.png.",
         "",
         "Goals (all_reduce, auto against NCCL):", "", *goals(reduce_rows), "",
         "Goals (all_gather, against NCCL's all_gather_into_tensor):", "",

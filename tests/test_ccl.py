@@ -52,8 +52,8 @@ def test_config_checks_its_fields():
 
 def test_size_rule_and_reduce_scatter_ownership():
     assert choose_variant(256 << 10, 2) == "one_shot"
-    assert choose_variant(1 << 20, 2) == "one_shot" and choose_variant((1 << 20) + 2, 2) == "two_shot"
-    assert choose_variant(256 << 10, 8) == "two_shot"
+    assert choose_variant(4 << 20, 2) == "one_shot" and choose_variant((4 << 20) + 2, 2) == "two_shot"
+    assert choose_variant(1 << 20, 8) == "two_shot"
     assert choose_variant(64 << 20, 4) == "ring" and choose_variant(64 << 20, 3) == "two_shot"
     ranges = [owned_range(185, r, 3) for r in range(3)]
     assert ranges == [(0, 64), (64, 128), (128, 185)]

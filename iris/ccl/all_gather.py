@@ -12,7 +12,7 @@ output (``out[rank * M:(rank + 1) * M]``, in place); no other overlap. Two algor
   (reads over the links, local writes, starting with a different peer on every rank), a second exchange
   says that nobody reads the inputs any more. No copy and no scratch: the bandwidth choice.
 
-Size rule (``all_gather_variant=None``): push while ``input bytes * (world - 1) <= 1 MiB``
+Size rule (``all_gather_variant=None``): push while ``input bytes * (world - 1) <= 4 MiB``
 (:func:`iris.ccl.inbox.use_inbox`), else pull.
 
 Examples

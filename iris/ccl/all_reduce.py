@@ -17,7 +17,7 @@ Four algorithms, all over flat blocks of the flattened tensors, summing in float
   are slower than loads and stores: there for comparison and upstream parity.
 
 Size rule (``Config(all_reduce_variant=None)``, :func:`choose_variant`): one_shot while the bytes each rank
-writes, ``nbytes * (world - 1)``, are at most 1 MiB; above, ring from 16 MiB on 4 ranks or more, else two_shot.
+writes, ``nbytes * (world - 1)``, are at most 4 MiB; above, ring from 16 MiB on 4 ranks or more, else two_shot.
 
 Every algorithm ends (``async_op=False``) with the ranks knowing that no peer still reads their input or
 writes their output, so both may be reused at once in stream order. ``out`` may be ``inp`` for one_shot,
@@ -52,16 +52,16 @@ ADDED = tl.constexpr(0)  # atomic's flag slot
 
 
 def choose_variant(nbytes: int, world: int) -> str:
-    """The size rule: one_shot while ``nbytes * (world - 1) <= 1 MiB``; above, ring from 16 MiB on 4 ranks or
-    more, else two_shot.
+    """The size rule: one_shot while ``nbytes * (world - 1) <= 4 MiB`` (:func:`iris.ccl.inbox.use_inbox`);
+    above, ring from 16 MiB on 4 ranks or more, else two_shot.
 
-    Measured on H200s (2026-11-21, benchmarks/RESULTS.md): on 4 GPUs ring beat two_shot by 4-10% from 16 MiB
-    (262 against 249 GB/s bus bandwidth in bf16 at 16 MiB, 336 against 317 at 1 GiB); on 2 GPUs two_shot
-    was as fast or faster at every size.
+    Measured on H200s (2026-11-21, benchmarks/RESULTS.md): on 4 GPUs ring matched or beat two_shot from
+    16 MiB (336 against 321 GB/s bus bandwidth in fp32 at 1 GiB); on 2 GPUs two_shot was as fast or faster
+    at every size above one_shot's.
 
     Examples
     --------
-    >>> choose_variant(256 << 10, 2), choose_variant(256 << 10, 8), choose_variant(64 << 20, 2)
+    >>> choose_variant(4 << 20, 2), choose_variant(1 << 20, 8), choose_variant(64 << 20, 2)
     ('one_shot', 'two_shot', 'two_shot')
     >>> choose_variant(64 << 20, 4)
     'ring'
