@@ -210,8 +210,8 @@ def goal_line(name: str, by_size: dict, goal) -> str | None:
     line = f"- {name}, {what}: **{'met' if ratio >= needed else 'missed'}** (worst: {fmt.format(ratio)} at " \
            f"{_size(worst)}"
     if ratio < needed:
-        mine = {k: t[0] for k, t in by_size[worst].items() if k != "NCCL"}
-        fastest = min(mine, key=mine.get)
+        by_variant = {k: t[0] for k, t in by_size[worst].items() if k != "NCCL"}
+        fastest = min(by_variant, key=by_variant.get)
         best = speedup(by_size[worst], fastest)
         line += (f"; fastest variant there: {fastest} at {fmt.format(best)}, so "
                  + ("the size rule should pick it" if best >= needed else
@@ -270,6 +270,17 @@ def plot(reduce_rows: dict, gather_rows: dict, world: int, path: str) -> None:
     figure.savefig(path, dpi=110)
 
 
+def rules() -> str:
+    """The size rules that pick the "auto" column, and the variants not run at every size, in words."""
+    by_limit = {}
+    for variant, limit in MAX_BYTES.items():
+        by_limit.setdefault(limit, []).append(variant)
+    return (f"auto = the size rule: inboxes (one_shot, push) while each rank's input bytes x (n-1) <= "
+            f"{_size(INBOX_BYTES)} (all_gather: input = size / n); above, all_reduce uses ring from "
+            f"{_size(RING_FROM_BYTES)} on {RING_FROM_WORLD} ranks or more, else two_shot, and all_gather uses pull. "
+            + "; ".join(f"{', '.join(v)} not run above {_size(limit)}" for limit, v in sorted(by_limit.items())) + ".")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only check every variant's results against NCCL")
@@ -290,17 +301,6 @@ def main() -> None:
     dist.destroy_process_group()
 
 
-def rules() -> str:
-    """The size rules that pick the "auto" column, and the variants not run at every size, in words."""
-    by_limit = {}
-    for variant, limit in MAX_BYTES.items():
-        by_limit.setdefault(limit, []).append(variant)
-    return (f"auto = the size rule: inboxes (one_shot, push) while bytes x (n-1) <= {_size(INBOX_BYTES)}; "
-            f"above, all_reduce uses ring from {_size(RING_FROM_BYTES)} on {RING_FROM_WORLD} "
-            "ranks or more, else two_shot, and all_gather uses pull. "
-            + "; ".join(f"{', '.join(v)} not run above {_size(limit)}" for limit, v in sorted(by_limit.items())) + ".")
-
-
 def report(reduce_rows: dict, gather_rows: dict, world: int) -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     plot(reduce_rows, gather_rows, world, os.path.join(here, f"allreduce_{world}gpu.png"))
@@ -311,7 +311,7 @@ def report(reduce_rows: dict, gather_rows: dict, world: int) -> None:
         f"(all_gather: (n-1)/n x output bytes / t). {rules()} Plot: benchmarks/allreduce_{world}gpu.png.",
         "",
         "Goals (all_reduce, auto against NCCL):", "", *goals(reduce_rows), "",
-        "Goals (all_gather, against NCCL's all_gather_into_tensor):", "",
+        "Goals (all_gather, auto against NCCL's all_gather_into_tensor):", "",
         *goals({f"all_gather {k}": v for k, v in gather_rows.items()}), "",
         *table(reduce_rows, world, gather=False),
         *table({f"all_gather {k}": v for k, v in gather_rows.items()}, world, gather=True),

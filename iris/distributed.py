@@ -14,6 +14,7 @@ Examples
 
 from __future__ import annotations
 
+import atexit
 import os
 from datetime import timedelta
 
@@ -33,13 +34,16 @@ class HostGroup:
     @classmethod
     def from_environment(cls) -> HostGroup:
         """Initialise torch.distributed if needed and return the group iris exchanges over."""
-        if not dist.is_initialized():
+        owns_default = not dist.is_initialized()
+        if owns_default:
             if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
                 dist.init_process_group("gloo", init_method="env://", timeout=_TIMEOUT)
             else:
                 # A world of one needs no rendezvous: an in-process store is enough.
                 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=_TIMEOUT)
         group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo", timeout=_TIMEOUT)
+        if owns_default or group is not None:
+            atexit.register(_destroy_at_exit, group if not owns_default else None)
         return cls(group, dist.get_rank(), dist.get_world_size())
 
     def all_gather_object(self, obj) -> list:
@@ -57,3 +61,18 @@ class HostGroup:
     def barrier(self) -> None:
         """Wait until every rank reaches this point."""
         dist.barrier(group=self.group)
+
+
+def _destroy_at_exit(group) -> None:
+    """Destroy the group iris made (``None``: the default group it initialised) while Python is still whole.
+
+    Left to interpreter shutdown, gloo's worker threads may still hold the tensors of the last exchange, and
+    freeing them then aborts the process ("terminate called without an active exception", SIGABRT): seen
+    when a rank exited right after sending a broadcast. A group the user destroyed already is left alone.
+    """
+    if not dist.is_initialized():
+        return
+    try:
+        dist.destroy_process_group(group)  # None: the default group, and with it every other
+    except ValueError:  # the user destroyed this sub-group already
+        pass

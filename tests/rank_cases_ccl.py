@@ -112,31 +112,35 @@ def all_reduce_every_variant(shapes, block_size, calls=2):
     return {"rank": r, "checked": checked, "variant_of_1KiB": iris.ccl.choose_variant(1024, world)}
 
 
-def back_to_back(numel, calls):
-    """``calls`` calls of every all_reduce and all_gather variant and of reduce_scatter queued with no host
-    synchronisation in between: each call's input is refilled on the device and its output copied aside in
-    stream order, so a rank that reuses a flag, an inbox or a peer's output too early shows up as a wrong
-    call. Inputs are small integers: every sum is exact in bf16."""
+def back_to_back(numel, calls, block_size=None):
+    """``calls`` calls of every all_reduce and all_gather variant (also in place where allowed) and of
+    reduce_scatter, queued with no host synchronisation in between: each call's input is refilled on the
+    device and its output copied aside in stream order, so a rank that reuses a flag, an inbox or a peer's
+    output too early shows up as a wrong call. Inputs are small integers: every sum is exact in bf16 (up to
+    8 ranks). Returns how many calls were checked."""
     ctx = _ctx()
     r, world = ctx.cur_rank, ctx.num_ranks
     dtype = torch.bfloat16
     inp, out = ctx.zeros(numel, dtype=dtype), ctx.zeros(numel, dtype=dtype)
     gathered = ctx.zeros(world * numel, dtype=dtype)
+    mine = gathered[r * numel:(r + 1) * numel]  # all_gather in place: the input is this rank's slice
     lo, hi = iris.ccl.owned_range(numel, r, world)
 
     def value(rank, call):  # rank's input of a call
         return float((rank + 1) * (call % 7 + 1))
 
-    def run(kind, variant, workspace):  # one call: (its workspace, a copy of the result it left)
+    def run(kind, variant, in_place, workspace):  # one call: (its workspace, a copy of the result it left)
         if kind == "all_reduce":
-            workspace = iris.ccl.all_reduce(out, inp, ctx, config=Config(all_reduce_variant=variant),
-                                            workspace=workspace)
-            return workspace, out.clone()
+            config = Config(all_reduce_variant=variant, block_size=block_size)
+            workspace = iris.ccl.all_reduce(inp if in_place else out, inp, ctx, config=config, workspace=workspace)
+            return workspace, (inp if in_place else out).clone()
         if kind == "all_gather":
-            workspace = iris.ccl.all_gather(gathered, inp, ctx, config=Config(all_gather_variant=variant),
+            config = Config(all_gather_variant=variant, block_size=block_size)
+            workspace = iris.ccl.all_gather(gathered, mine if in_place else inp, ctx, config=config,
                                             workspace=workspace)
             return workspace, gathered.clone()
-        return iris.ccl.reduce_scatter(out, inp, ctx, workspace=workspace), out[lo:hi].clone()
+        config = Config(block_size=block_size)
+        return iris.ccl.reduce_scatter(out, inp, ctx, config=config, workspace=workspace), out[lo:hi].clone()
 
     def expected(kind, call):
         if kind == "all_gather":
@@ -144,17 +148,21 @@ def back_to_back(numel, calls):
         total = torch.full((numel,), sum(value(s, call) for s in range(world)), dtype=dtype)
         return total if kind == "all_reduce" else total[lo:hi]
 
-    cases = [("all_reduce", v) for v in ALL_REDUCE_VARIANTS] + [("all_gather", v) for v in ALL_GATHER_VARIANTS]
-    for kind, variant in [*cases, ("reduce_scatter", None)]:
+    cases = [("all_reduce", v, False) for v in ALL_REDUCE_VARIANTS] + [("all_reduce", "one_shot", True)]
+    cases += [("all_gather", v, in_place) for v in ALL_GATHER_VARIANTS for in_place in (False, True)]
+    checked = 0
+    for kind, variant, in_place in [*cases, ("reduce_scatter", None, False)]:
         history, workspace = [], None
         ctx.barrier()
         for call in range(calls):
-            inp.fill_(value(r, call))
-            workspace, result = run(kind, variant, workspace)
+            (mine if kind == "all_gather" and in_place else inp).fill_(value(r, call))
+            workspace, result = run(kind, variant, in_place, workspace)
             history.append(result)
         for call, got in enumerate(history):
-            _check_equal(f"{kind} {variant}: call {call} of {calls} back to back", got, expected(kind, call))
-    return {"rank": r, "calls": calls}
+            what = f"{kind} {variant}{' in place' if in_place else ''}: call {call} of {calls} back to back"
+            _check_equal(what, got, expected(kind, call))
+            checked += 1
+    return {"rank": r, "checked": checked}
 
 
 # ------------------------------------------------------------------ the other collectives
@@ -253,10 +261,11 @@ def barrier_async_and_errors():
             work.wait()
             _check_close(f"async all_reduce {variant} call {call}", out, _sum_reference(world, call, (3, 40),
                          torch.float32), torch.float32, world)
-        gathered = ctx.zeros(3 * world, 40)
-        ctx.ccl.all_gather(gathered, inp, async_op=True).wait()
-        _check_equal(f"async all_gather call {call}", gathered,
-                     torch.cat([_values(s, call, (3, 40), torch.float32) for s in range(world)]))
+        for variant in ALL_GATHER_VARIANTS:
+            gathered = ctx.zeros(3 * world, 40)
+            ctx.ccl.all_gather(gathered, inp, async_op=True, config=Config(all_gather_variant=variant)).wait()
+            _check_equal(f"async all_gather {variant} call {call}", gathered,
+                         torch.cat([_values(s, call, (3, 40), torch.float32) for s in range(world)]))
         ctx.barrier()
 
     off_heap = torch.zeros(3, 40, device=ctx.device)

@@ -12,6 +12,7 @@ import pytest
 
 import iris
 from iris.ccl import Config, choose_variant, owned_range
+from iris.ccl.all_gather import choose_gather_variant
 
 from .multirank import run_ranks
 
@@ -42,6 +43,9 @@ def test_ccl_methods_have_upstream_signatures():
 
 def test_config_checks_its_fields():
     assert Config().all_reduce_variant is None
+    assert Config(all_gather_variant="persistent").all_gather_variant == "persistent"  # upstream's name
+    with pytest.raises(ValueError, match="all_gather_variant"):
+        Config(all_gather_variant="ring")
     for bad in (dict(all_reduce_variant="tree"), dict(block_size=100), dict(block_size_n=48),
                 dict(comm_sms=0), dict(reduce_scatter_variant="ring"), dict(all_reduce_distribution=2)):
         with pytest.raises(ValueError):
@@ -55,6 +59,8 @@ def test_size_rule_and_reduce_scatter_ownership():
     assert choose_variant(4 << 20, 2) == "one_shot" and choose_variant((4 << 20) + 2, 2) == "two_shot"
     assert choose_variant(1 << 20, 8) == "two_shot"
     assert choose_variant(64 << 20, 4) == "ring" and choose_variant(64 << 20, 3) == "two_shot"
+    assert choose_gather_variant(None, 4 << 20, 2) == "push" and choose_gather_variant(None, 2 << 20, 4) == "pull"
+    assert choose_gather_variant("partitioned", 1024, 2) == "push" and choose_gather_variant("pull", 8, 2) == "pull"
     ranges = [owned_range(185, r, 3) for r in range(3)]
     assert ranges == [(0, 64), (64, 128), (128, 185)]
     assert [owned_range(20, r, 4) for r in range(4)] == [(0, 16), (16, 20), (20, 20), (20, 20)]
@@ -77,7 +83,10 @@ def test_all_gather_all_to_all_reduce_scatter(world):
 
 
 def test_back_to_back_calls_without_host_synchronisation():
-    assert all(r["calls"] == 5 for r in run_ranks(3, f"{CASES}:back_to_back", 185, 5, timeout=240))
+    # 185 elements in 32-element blocks: several programs, each with its own flags and inbox rows;
+    # 5 calls x (5 all_reduce cases + 4 all_gather cases + reduce_scatter)
+    results = run_ranks(3, f"{CASES}:back_to_back", 185, 5, 32, timeout=240)
+    assert all(r["checked"] == 5 * 10 for r in results)
 
 
 def test_device_barrier_async_op_and_errors():

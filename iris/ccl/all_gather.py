@@ -2,8 +2,8 @@
 
 As ``torch.distributed.all_gather_into_tensor``: input (M, ...) on each rank, output (world * M, ...),
 rank s's input landing in rows ``[s * M, (s + 1) * M)``. The input may be this rank's own slice of the
-output (``out[rank * M:(rank + 1) * M]``, in place); no other overlap. Two algorithms
-(``Config(all_gather_variant=...)``, an addition to upstream's Config):
+output (``out[rank * M:(rank + 1) * M]``, in place); no other overlap. Two algorithms,
+``Config(all_gather_variant="push" | "pull")``:
 
 * ``push`` (small inputs): each rank writes its input into every peer's inbox, one flag exchange, then
   copies the rows into its output locally (:mod:`iris.ccl.inbox`). Lowest latency; the workspace holds
@@ -12,8 +12,8 @@ output (``out[rank * M:(rank + 1) * M]``, in place); no other overlap. Two algor
   (reads over the links, local writes, starting with a different peer on every rank), a second exchange
   says that nobody reads the inputs any more. No copy and no scratch: the bandwidth choice.
 
-Size rule (``all_gather_variant=None``): push while ``input bytes * (world - 1) <= 4 MiB``
-(:func:`iris.ccl.inbox.use_inbox`), else pull.
+Size rule (:func:`choose_gather_variant`; ``all_gather_variant`` None or upstream's "persistent" or "partitioned"):
+push while ``input bytes * (world - 1) <= 4 MiB`` (:func:`iris.ccl.inbox.use_inbox`), else pull.
 
 Examples
 --------
@@ -27,14 +27,29 @@ import triton
 import triton.language as tl
 
 from ..device import DeviceContext
-from .config import Config
-from .inbox import deliver, inbox_numel, inbox_stride, use_inbox
+from .config import ALL_GATHER_VARIANTS, Config
+from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
 from .launch import block_size, cdiv, check_group, check_tensors, hint, overlaps, programs
 from .sync import exchange
 from .workspace import Workspace, reuse_or_allocate
 
 ARRIVED, DONE = tl.constexpr(0), tl.constexpr(1)  # pull's flag slots (kernels read only constexpr globals)
 SLOTS = 2
+
+
+def choose_gather_variant(requested: str | None, nbytes: int, world: int) -> str:
+    """The all_gather algorithm: ``requested`` if it is ours, else push while ``nbytes * (world - 1) <= 4 MiB``
+    (``nbytes``: one rank's input; :func:`iris.ccl.inbox.use_inbox`), else pull. Upstream's names
+    ("persistent", "partitioned": work distributions of its tiled AMD kernels) also pick by size.
+
+    Examples
+    --------
+    >>> choose_gather_variant(None, 1 << 20, 4), choose_gather_variant("partitioned", 2 << 20, 4)
+    ('push', 'pull')
+    """
+    if requested in ALL_GATHER_VARIANTS:
+        return requested
+    return "push" if use_inbox(nbytes, world) else "pull"
 
 
 @triton.jit
@@ -46,11 +61,11 @@ def push_kernel(context, inp, out, inbox, flags, epochs, n, stride, rank: tl.con
     epoch = tl.load(epochs + pid) + 1
     box = deliver(ctx, inp, inbox, flags, epoch, n, stride, pid, num_programs, BLOCK, HINT)
     for source in tl.static_range(world):
-        row = inp if source == rank else box + source * stride  # in place, this rank's row copies onto itself
+        src = row(ctx, inp, box, stride, source)  # in place, this rank's row copies onto itself
         for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
             offs = block * BLOCK + tl.arange(0, BLOCK)
             mask = offs < n
-            tl.store(out + source * n + offs, tl.load(row + offs, mask=mask), mask=mask)
+            tl.store(out + source * n + offs, tl.load(src + offs, mask=mask), mask=mask)
     tl.store(epochs + pid, epoch)
 
 
@@ -91,7 +106,7 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     async_op : bool
         True: return at once; ``wait()`` on the result (a device barrier) before reusing the tensors.
     config : Config, optional
-        ``all_gather_variant`` picks the algorithm (None: by size).
+        ``all_gather_variant`` "push" or "pull" picks the algorithm (anything else: by size).
     workspace : Workspace, optional
         From an earlier call with the same shapes (``ctx.ccl`` keeps one for you).
 
@@ -118,14 +133,14 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
                          f"out[{rank} * M:{rank + 1} * M]; use that slice or a separate tensor")
     block = block_size(ctx, config)
     grid = programs(ctx, config, cdiv(n, block))
-    variant = config.all_gather_variant or ("push" if use_inbox(n * input_tensor.element_size(), world) else "pull")
+    variant = choose_gather_variant(config.all_gather_variant, n * input_tensor.element_size(), world)
     key = ("all_gather", variant, n, input_tensor.dtype, grid, block)
     common = dict(rank=rank, world=world, BLOCK=block, num_warps=config.num_warps)
     if variant == "push":
-        workspace = reuse_or_allocate(ctx, workspace, key, grid, 1, (inbox_numel(n, world), input_tensor.dtype))
+        workspace = inbox_workspace(ctx, workspace, key, grid, input_tensor)
         push_kernel[(grid,)](ctx.get_device_context(), input_tensor, output_tensor, workspace.scratch,
-                             workspace.flags, workspace.epochs, n, inbox_stride(n),
-                             HINT=hint((workspace.scratch, 0)), **common)
+                             workspace.flags, workspace.epochs, n, inbox_stride(n), HINT=inbox_hint(workspace),
+                             **common)
         return workspace
     workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS)
     in_place = input_tensor.data_ptr() == own_slice

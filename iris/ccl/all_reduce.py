@@ -20,7 +20,8 @@ Size rule (``Config(all_reduce_variant=None)``, :func:`choose_variant`): one_sho
 writes, ``nbytes * (world - 1)``, are at most 4 MiB; above, ring from 16 MiB on 4 ranks or more, else two_shot.
 
 Every algorithm ends (``async_op=False``) with the ranks knowing that no peer still reads their input or
-writes their output, so both may be reused at once in stream order. ``out`` may be ``inp`` for one_shot,
+writes their output, so both may be reused at once in stream order (one_shot needs no exchange for that:
+no peer ever touches them). ``out`` may be ``inp`` for one_shot,
 two_shot and atomic (every input element is read before anyone writes that element of an output); ring
 needs separate tensors. Inputs are left intact.
 
@@ -39,7 +40,7 @@ import triton.language as tl
 
 from ..device import DeviceContext
 from .config import Config
-from .inbox import deliver, inbox_numel, inbox_stride, use_inbox
+from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
 from .launch import block_size, cdiv, check_group, check_op, check_tensors, hint, overlaps, programs
 from .reduce_scatter import SLOTS as TWO_SHOT_SLOTS
 from .reduce_scatter import chunk_size, launch_reduce_chunks, launch_shape
@@ -55,9 +56,9 @@ def choose_variant(nbytes: int, world: int) -> str:
     """The size rule: one_shot while ``nbytes * (world - 1) <= 4 MiB`` (:func:`iris.ccl.inbox.use_inbox`);
     above, ring from 16 MiB on 4 ranks or more, else two_shot.
 
-    Measured on H200s (2026-11-21, benchmarks/RESULTS.md): on 4 GPUs ring matched or beat two_shot from
-    16 MiB (336 against 321 GB/s bus bandwidth in fp32 at 1 GiB); on 2 GPUs two_shot was as fast or faster
-    at every size above one_shot's.
+    Measured on H200s (2026-11-21, benchmarks/RESULTS.md): on 4 GPUs ring beat two_shot from 64 MiB (fp32
+    1 GiB: 336 against 319 GB/s bus bandwidth) and was within 6% of it at 16 MiB (faster in fp32, slower in
+    bf16); on 2 GPUs two_shot was as fast or faster at every size above one_shot's.
 
     Examples
     --------
@@ -86,10 +87,7 @@ def one_shot_kernel(context, inp, out, inbox, flags, epochs, n, stride, rank: tl
         mask = offs < n
         total = tl.zeros([BLOCK], tl.float32)
         for source in tl.static_range(world):  # in rank order, so that every rank gets the same bits
-            if source == rank:
-                total += tl.load(inp + offs, mask=mask).to(tl.float32)
-            else:
-                total += tl.load(box + source * stride + offs, mask=mask).to(tl.float32)
+            total += tl.load(row(ctx, inp, box, stride, source) + offs, mask=mask).to(tl.float32)
         tl.store(out + offs, total.to(out.dtype.element_ty), mask=mask)
     tl.store(epochs + pid, epoch)
 
@@ -193,20 +191,20 @@ def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace
     n, world = input_tensor.numel(), ctx.num_ranks
     variant = config.all_reduce_variant or choose_variant(n * input_tensor.element_size(), world)
     block = block_size(ctx, config)
-    slots, scratch = 2, None
     if variant == "two_shot":
-        grid, slots = launch_shape(ctx, input_tensor, config), TWO_SHOT_SLOTS
+        grid = launch_shape(ctx, input_tensor, config)
     elif variant == "ring":
         grid = programs(ctx, config, cdiv(chunk_size(n, world), block))
-        slots, scratch = 2 * world - 1, (n, input_tensor.dtype)  # scratch: partial sums
     else:
-        grid, slots = programs(ctx, config, cdiv(n, block)), 1
-        if variant == "one_shot":
-            scratch = (inbox_numel(n, world), input_tensor.dtype)
-        else:
-            scratch = (2 * n, torch.float32)  # scratch: two accumulators
+        grid = programs(ctx, config, cdiv(n, block))
     key = ("all_reduce", variant, n, input_tensor.dtype, grid, block)
-    return reuse_or_allocate(ctx, workspace, key, grid, slots, scratch)
+    if variant == "one_shot":
+        return inbox_workspace(ctx, workspace, key, grid, input_tensor)
+    if variant == "two_shot":
+        return reuse_or_allocate(ctx, workspace, key, grid, TWO_SHOT_SLOTS)
+    if variant == "ring":  # scratch: partial sums
+        return reuse_or_allocate(ctx, workspace, key, grid, 2 * world - 1, (n, input_tensor.dtype))
+    return reuse_or_allocate(ctx, workspace, key, grid, 1, (2 * n, torch.float32))  # atomic: two accumulators
 
 
 def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=False, config=None,
@@ -217,7 +215,7 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
     ----------
     output_tensor, input_tensor : torch.Tensor
         Same shape, float32/float16/bfloat16, contiguous, on the heap (``ctx.zeros`` etc.). The same tensor
-        only for the two_shot and atomic variants.
+        for every variant but ring.
     ctx : iris.Iris
     op : ReduceOp or None
         Only SUM (None means SUM).
@@ -257,7 +255,7 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
     if variant == "one_shot":
         one_shot_kernel[grid](ctx.get_device_context(), input_tensor, output_tensor, workspace.scratch,
                               workspace.flags, workspace.epochs, n, inbox_stride(n),
-                              HINT=hint((workspace.scratch, 0)), **common)
+                              HINT=inbox_hint(workspace), **common)
     elif variant == "two_shot":
         launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, gather=True, wait_done=wait_done)
     elif variant == "ring":

@@ -18,6 +18,7 @@ from enum import IntEnum
 
 ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "ring", "atomic")
 ALL_GATHER_VARIANTS = ("push", "pull")
+UPSTREAM_ALL_GATHER_VARIANTS = ("persistent", "partitioned")  # upstream's tiled kernels: accepted, picked by size
 
 
 class ReduceOp(IntEnum):
@@ -52,8 +53,9 @@ class Config:
         Warps per program on a GPU.
     use_gluon : bool
         Upstream's Gluon kernels; not available here (NotImplementedError when True).
-    all_gather_variant : {None, "push", "pull"}
-        Not upstream's: None picks by size (see :mod:`iris.ccl.all_gather`).
+    all_gather_variant : {None, "push", "pull", "persistent", "partitioned"}
+        "push" or "pull" picks the algorithm; None and upstream's names pick by size (see
+        :func:`iris.ccl.all_gather.choose_gather_variant`).
     reduce_scatter_variant : {"two_shot"}
         The only reduce_scatter algorithm, as upstream.
     swizzle_size, num_xcds, chunk_size, all_reduce_distribution, all_reduce_num_rings, all_reduce_ring_slice_n
@@ -73,19 +75,19 @@ class Config:
     num_warps: int = 8
     use_gluon: bool = False
     reduce_scatter_variant: str = "two_shot"
-    all_gather_variant: str | None = None
     swizzle_size: int = 6
     num_xcds: int | None = None
     chunk_size: int | None = None
     all_reduce_distribution: int = 0
     all_reduce_num_rings: int = 1
     all_reduce_ring_slice_n: int | None = None
+    all_gather_variant: str | None = None
 
     def __post_init__(self):
         if self.all_reduce_variant not in (None, *ALL_REDUCE_VARIANTS):
             raise ValueError(f"all_reduce_variant={self.all_reduce_variant!r}: use one of {ALL_REDUCE_VARIANTS} "
                              "or None (chosen by size)")
-        if self.all_gather_variant not in (None, *ALL_GATHER_VARIANTS):
+        if self.all_gather_variant not in (None, *ALL_GATHER_VARIANTS, *UPSTREAM_ALL_GATHER_VARIANTS):
             raise ValueError(f"all_gather_variant={self.all_gather_variant!r}: use one of {ALL_GATHER_VARIANTS} "
                              "or None (chosen by size)")
         if self.reduce_scatter_variant != "two_shot":

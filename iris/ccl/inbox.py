@@ -8,13 +8,16 @@ exchange per call, so a call costs about one link round trip plus the launch.
 The inbox is ``[2, world, stride]`` elements, double-buffered by call parity: a rank writes call k's half
 again only at call k + 2, after every peer signalled call k + 1 and had therefore finished reading call k.
 Program p of each rank writes and reads only its own blocks, so waiting for program p of the others
-suffices. The cost is memory, 2 x world copies of the input, which is why the size rules use inboxes for
+suffices. No peer reads a rank's input or writes its output, so no closing exchange is needed: when the
+kernel ends, both may be reused. This rests on what every collective here assumes: the calls on one
+workspace run in stream order on each rank, and every rank makes the same calls with the same launch
+shape. The cost is memory, 2 x world copies of the input, which is why the size rules use inboxes for
 small tensors only (:func:`use_inbox`).
 
 Examples
 --------
 >>> box = deliver(ctx, inp, inbox, flags, epoch, n, stride, pid, num_programs, BLOCK, HINT)  # doctest: +SKIP
->>> row = tl.load(box + source * stride + offs, mask=mask)     # rank source's input, read locally
+>>> value = tl.load(row(ctx, inp, box, stride, source) + offs, mask=mask)   # rank source's input, locally
 """
 
 from __future__ import annotations
@@ -22,20 +25,23 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .launch import cdiv
+from .launch import cdiv, hint
 from .sync import exchange
+from .workspace import Workspace, reuse_or_allocate
 
 INBOX_BYTES = 4 << 20  # inboxes while each rank writes at most this many bytes per call (see use_inbox)
 DELIVERED = tl.constexpr(0)  # the flag slot (kernels read only constexpr globals)
 
 
 def use_inbox(nbytes: int, world: int) -> bool:
-    """Whether a tensor of ``nbytes`` per rank goes through inboxes: ``nbytes * (world - 1) <= 4 MiB``.
+    """Whether an input of ``nbytes`` per rank goes through inboxes: ``nbytes * (world - 1) <= 4 MiB``, the
+    bytes each rank writes into its peers' inboxes.
 
-    Measured on H200s (2026-11-21, benchmarks/RESULTS.md): inboxes were faster than the two-exchange
-    algorithms up to 4 MiB written per rank on 2 GPUs (all_reduce of 4 MiB: one_shot 17.5 µs against
-    two_shot's 18.7) and on 4 (all_gather of 1 MiB inputs: push 15.2 µs against pull 17.9), and slower at
-    twice that (all_reduce of 16 MiB on 2 GPUs: 62.6 against 57.7 µs).
+    The cap comes from all_reduce, measured on H200s (2026-11-21, benchmarks/RESULTS.md): one_shot beat
+    two_shot up to 4 MiB on 2 GPUs (bf16 4 MiB: 17.5 against 18.7 µs) and lost at the next size measured
+    (16 MiB: 62.3 against 57.7 µs); on 4 GPUs it tied two_shot at 1 MiB (14.6 against 14.9 µs) and lost
+    at 4 MiB (44.9 against 32.7). all_gather's push stays ahead of pull a little beyond the cap (bf16
+    output of 16 MiB on 2 GPUs: 34.6 against 35.7 µs) and behind from 64 MiB; one cap serves both.
 
     Examples
     --------
@@ -43,6 +49,21 @@ def use_inbox(nbytes: int, world: int) -> bool:
     (True, False)
     """
     return nbytes * max(world - 1, 1) <= INBOX_BYTES
+
+
+def inbox_workspace(ctx, workspace, key: tuple, programs: int, inp) -> Workspace:
+    """``workspace`` if made for ``key``, else a new one with one flag slot and the inbox (collective).
+
+    Examples
+    --------
+    >>> ws = inbox_workspace(ctx, None, ("all_gather", "push", n, dtype, 8, 4096), 8, inp)   # doctest: +SKIP
+    """
+    return reuse_or_allocate(ctx, workspace, key, programs, 1, (inbox_numel(inp.numel(), ctx.num_ranks), inp.dtype))
+
+
+def inbox_hint(workspace: Workspace) -> int | None:
+    """Alignment of the inbox rows for remote stores (16 when the inbox starts 16-byte aligned)."""
+    return hint((workspace.scratch, 0))
 
 
 def inbox_stride(n: int) -> int:
@@ -65,7 +86,7 @@ def deliver(ctx, inp, inbox, flags, epoch, n, stride, pid, num_programs, BLOCK: 
     """
     rank: tl.constexpr = ctx.rank
     world: tl.constexpr = ctx.world_size
-    box = inbox + tl.multiple_of((epoch % 2) * world * stride, 16)
+    box = inbox + tl.multiple_of((epoch % 2).to(tl.int64) * world * stride, 16)  # 64-bit: big inboxes
     for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
         offs = block * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
@@ -75,3 +96,11 @@ def deliver(ctx, inp, inbox, flags, epoch, n, stride, pid, num_programs, BLOCK: 
             tl.store(ctx.as_remote(box + rank * stride + offs, peer, mask, HINT), value, mask=mask)
     exchange(ctx, flags, DELIVERED, epoch, pid, num_programs)
     return box
+
+
+@triton.jit
+def row(ctx, inp, box, stride, source: tl.constexpr):
+    """Where rank ``source``'s input of this call lies on this rank: its inbox row, or ``inp`` for this rank."""
+    if source == ctx.rank:
+        return inp
+    return box + source * stride.to(tl.int64)

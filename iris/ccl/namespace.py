@@ -1,7 +1,8 @@
 """``ctx.ccl``: the collectives as methods of a context, with upstream Iris's ``Iris.CCL`` signatures.
 
-It keeps the most recent workspace of each collective (and variant), so repeated calls with the same shapes
-allocate nothing and may be captured in a CUDA graph once a first call has run outside the capture.
+It keeps the most recent workspace of each collective and requested variant, so repeated calls with the
+same shapes allocate nothing and may be captured in a CUDA graph once a first call has run outside the
+capture.
 
 Examples
 --------
@@ -28,11 +29,16 @@ class CCL:
         self._ctx = ctx
         self._workspaces: dict[tuple, Workspace] = {}
 
+    @staticmethod
+    def _key(collective: str, config: Config | None) -> tuple:
+        field = {"all_reduce": "all_reduce_variant", "all_gather": "all_gather_variant"}.get(collective)
+        return collective, getattr(config or Config(), field) if field else None
+
     def _cached(self, collective: str, config: Config | None) -> Workspace | None:
-        return self._workspaces.get((collective, (config or Config()).all_reduce_variant))
+        return self._workspaces.get(self._key(collective, config))
 
     def _keep(self, collective: str, config: Config | None, workspace: Workspace) -> Workspace:
-        self._workspaces[(collective, (config or Config()).all_reduce_variant)] = workspace
+        self._workspaces[self._key(collective, config)] = workspace
         return workspace
 
     def all_reduce_preamble(self, output_tensor, input_tensor, config=None, workspace=None) -> Workspace:
@@ -50,8 +56,8 @@ class CCL:
 
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None) -> Workspace:
         """Concatenate every rank's input along dim 0 (see :func:`iris.ccl.all_gather`)."""
-        return self._keep("all_gather", None, all_gather(output_tensor, input_tensor, self._ctx, group, async_op,
-                                                         config, self._cached("all_gather", None)))
+        return self._keep("all_gather", config, all_gather(output_tensor, input_tensor, self._ctx, group, async_op,
+                                                           config, self._cached("all_gather", config)))
 
     def all_to_all(self, output_tensor, input_tensor, group=None, async_op=False, config=None) -> Workspace:
         """Column chunk j of the input to rank j (see :func:`iris.ccl.all_to_all`)."""

@@ -51,8 +51,9 @@ def exchange(ctx, flags, slot, epoch, pid, num_programs):
     """Tell every rank that this rank's program ``pid`` reached ``slot`` of call ``epoch``; wait for theirs.
 
     One lane per rank: the signals go out as one block of release atomics and the flags are polled as one
-    block of acquire loads, so an exchange costs one link round trip whatever the world size (one
-    ``atomic_xchg`` per peer in sequence costs one each: a release waits for the previous one to land).
+    block of acquire fetch-and-add(0) atomics, so an exchange costs one link round trip whatever the world
+    size (one ``atomic_xchg`` per peer in sequence costs one each: a release waits for the previous one to
+    land). Spare lanes (world rounded up to a power of two) signal nothing and poll this rank's own flag.
     """
     world: tl.constexpr = ctx.world_size
     lane = tl.arange(0, lanes(world))

@@ -55,7 +55,8 @@ class Workspace(Work):
     epochs : torch.Tensor
         int32 ``[programs]``: calls made so far, counted on the device.
     scratch : torch.Tensor or None
-        Heap buffer some algorithms need (ring: partial sums; atomic: fp32 accumulators).
+        Heap buffer some algorithms need (ring: partial sums; atomic: fp32 accumulators; one_shot and push:
+        the double-buffered inbox, see :mod:`iris.ccl.inbox`).
     """
 
     ctx: object
