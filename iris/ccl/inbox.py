@@ -82,7 +82,7 @@ def deliver(ctx, inp, inbox, flags, epoch, n, stride, pid, num_programs, BLOCK: 
     """Write this program's blocks of ``inp`` into every peer's inbox row, wait until every peer's have come.
 
     Returns this call's half of the local inbox: row ``s`` (at ``box + s * stride``) holds rank s's input
-    for every s but this rank (read its own input directly).
+    for every s but this rank, whose own input stays where it is (:func:`row` picks the right one).
     """
     rank: tl.constexpr = ctx.rank
     world: tl.constexpr = ctx.world_size
