@@ -43,7 +43,7 @@ class HostGroup:
                 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=_TIMEOUT)
         group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo", timeout=_TIMEOUT)
         if owns_default or group is not None:
-            atexit.register(_destroy_at_exit, group if not owns_default else None)
+            atexit.register(_destroy_at_exit, group)  # None when iris made the default group itself
         return cls(group, dist.get_rank(), dist.get_world_size())
 
     def all_gather_object(self, obj) -> list:

@@ -21,9 +21,8 @@ writes, ``nbytes * (world - 1)``, are at most 4 MiB; above, ring from 16 MiB on 
 
 Every algorithm ends (``async_op=False``) with the ranks knowing that no peer still reads their input or
 writes their output, so both may be reused at once in stream order (one_shot needs no exchange for that:
-no peer ever touches them). ``out`` may be ``inp`` for one_shot,
-two_shot and atomic (every input element is read before anyone writes that element of an output); ring
-needs separate tensors. Inputs are left intact.
+no peer ever touches them). ``out`` may be ``inp`` for one_shot, two_shot and atomic (every input element
+is read before anyone writes that element of an output); ring needs separate tensors. Inputs are left intact.
 
 Examples
 --------
