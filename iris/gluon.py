@@ -7,13 +7,16 @@ same ``@triton.jit`` routine the Triton API uses (a ``@gluon.jit`` function may 
 code generator compiles callees in Gluon mode, and the routine's ``tl`` operations keep their
 operands' layouts).
 
-Layouts on the GPU (triton 3.6): ``gl.arange(0, BLOCK)`` without a layout runs on the CPU interpreter
-(which ignores layouts) but fails to compile on a GPU in the ``GluonResolveAutoEncodings`` pass with
-"'tt.make_range' op Failed to infer return type", even in kernels without iris calls. Give ranges a
-layout: ``gl.arange(0, BLOCK, layout=gl.CoalescedLayout())`` is portable across 32-wide (NVIDIA) and
-64-wide (AMD) warps; an explicit ``gl.BlockedLayout([1], [32], [num_warps], [0])`` must match the warp
-width (AMD examples' ``[64]`` is wrong on NVIDIA). Launch inside :func:`layout_hints` to get that
-advice instead of the bare compiler error.
+Layouts on the GPU (triton 3.6): a kernel whose layouts are all left to the compiler, such as one built
+on ``gl.arange(0, BLOCK)`` with no layout, fails to compile on a GPU in the ``GluonResolveAutoEncodings``
+pass with "'tt.make_range' op Failed to infer return type" (the CPU interpreter ignores layouts and runs
+it). Every ``IrisDeviceCtx`` method therefore gives such pointer blocks (and the values and masks of
+atomics) ``gl.CoalescedLayout()`` (:func:`anchor_auto_layout`), which the compiler propagates to the rest
+of the kernel: upstream's layout-less examples run as written. Explicit layouts are never changed. A
+kernel with no ``IrisDeviceCtx`` call still has nothing to anchor: give its range a layout
+(``gl.CoalescedLayout()`` is portable across 32- and 64-wide warps; an explicit ``gl.BlockedLayout`` must
+match the warp width, 32 on NVIDIA, while AMD examples say 64), and launch inside :func:`layout_hints` to
+get that advice instead of the bare compiler error.
 
 Examples
 --------
@@ -22,7 +25,7 @@ Examples
 ... def read_from_peer(IrisDeviceCtx: gl.constexpr, context_tensor, buf, out, peer: gl.constexpr,
 ...                    BLOCK: gl.constexpr):
 ...     ctx = IrisDeviceCtx.initialize(context_tensor)
-...     offs = gl.arange(0, BLOCK, layout=gl.CoalescedLayout())
+...     offs = gl.arange(0, BLOCK)                  # layout-less: anchored by as_remote
 ...     gl.store(out + offs, gl.load(ctx.as_remote(buf + offs, peer)))
 >>> read_from_peer[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out, 1, 64)   # doctest: +SKIP
 """
@@ -48,6 +51,31 @@ LAYOUT_ADVICE = (
     "or an explicit gl.BlockedLayout([1], [32], [num_warps], [0]) (32-wide warps on NVIDIA, 64 on AMD). "
     "The CPU interpreter ignores layouts, which is why the kernel ran there."
 )
+
+
+@gluon.constexpr_function
+def has_auto_layout(value) -> bool:
+    """Whether ``value`` is a block whose layout is still Gluon's ``AutoLayout`` (decided by the compiler)."""
+    return isinstance(getattr(getattr(value, "type", None), "layout", None), gl.AutoLayout)
+
+
+@gluon.jit
+def anchor_auto_layout(value):
+    """``value`` with ``gl.CoalescedLayout()`` if its layout is automatic, else ``value`` unchanged.
+
+    Why: triton 3.6 cannot resolve a kernel whose layouts are all automatic (the user's layout-less
+    ``gl.arange(0, BLOCK)``): ``GluonResolveAutoEncodings`` fails with "'tt.make_range' op Failed to infer
+    return type". One anchored tensor is enough: the pass propagates its layout to the range, the masks
+    and the values loaded through it. Explicit layouts are the user's choice and are never touched.
+
+    Examples
+    --------
+    >>> offs = gl.arange(0, BLOCK)                        # AutoLayout          # doctest: +SKIP
+    >>> ptrs = anchor_auto_layout(buf + offs)             # CoalescedLayout     # doctest: +SKIP
+    """
+    if has_auto_layout(value):  # decided while compiling: one return type either way
+        value = gl.set_auto_layout(value, gl.CoalescedLayout())
+    return value
 
 
 @aggregate
@@ -83,12 +111,16 @@ class IrisDeviceCtx:
     def as_remote(self, ptr, rank, mask=None, hint: gl.constexpr = None):
         """``rank``'s address of ``ptr`` (pointers into this rank's heap), for plain ``gl.load``/``gl.store``.
 
+        A block of pointers whose layout was left to the compiler (built from ``gl.arange(0, BLOCK)``
+        with no layout) is given ``gl.CoalescedLayout()`` first: see :func:`anchor_auto_layout`.
+
         Examples
         --------
         >>> remote_ptr = ctx.as_remote(buf + offs, peer)       # translate once ...  # doctest: +SKIP
         >>> gl.store(out + offs, gl.load(remote_ptr))           # ... then plain loads  # doctest: +SKIP
         """
         heap_size_index = self.num_ranks + _HEAP_SIZE_SLOT
+        ptr = anchor_auto_layout(ptr)
         return translate(ptr, self.cur_rank, rank, self.heap_bases, hint, mask, heap_size_index)
 
     @gluon.jit
@@ -133,54 +165,63 @@ class IrisDeviceCtx:
     def atomic_add(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic add into ``to_rank``'s copy of ``pointer``; returns the old values."""
         remote = self.as_remote(pointer, to_rank, mask, hint)
+        val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         return gl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
 
     @gluon.jit
     def atomic_sub(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic subtract from ``to_rank``'s copy of ``pointer``; returns the old values."""
         remote = self.as_remote(pointer, to_rank, mask, hint)
+        val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         return gl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
 
     @gluon.jit
     def atomic_xchg(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic exchange with ``to_rank``'s copy of ``pointer``; returns the old values."""
         remote = self.as_remote(pointer, to_rank, mask, hint)
+        val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         return gl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
 
     @gluon.jit
     def atomic_xor(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic xor into ``to_rank``'s copy of ``pointer``; returns the old values."""
         remote = self.as_remote(pointer, to_rank, mask, hint)
+        val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         return gl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
 
     @gluon.jit
     def atomic_and(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic and into ``to_rank``'s copy of ``pointer``; returns the old values."""
         remote = self.as_remote(pointer, to_rank, mask, hint)
+        val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         return gl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
 
     @gluon.jit
     def atomic_or(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic or into ``to_rank``'s copy of ``pointer``; returns the old values."""
         remote = self.as_remote(pointer, to_rank, mask, hint)
+        val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         return gl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
 
     @gluon.jit
     def atomic_min(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic minimum into ``to_rank``'s copy of ``pointer``; returns the old values."""
         remote = self.as_remote(pointer, to_rank, mask, hint)
+        val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         return gl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
 
     @gluon.jit
     def atomic_max(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic maximum into ``to_rank``'s copy of ``pointer``; returns the old values."""
         remote = self.as_remote(pointer, to_rank, mask, hint)
+        val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         return gl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
 
     @gluon.jit
     def atomic_cas(self, pointer, cmp, val, to_rank, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic compare-and-swap on ``to_rank``'s copy of ``pointer``; returns the old values."""
         remote = self.as_remote(pointer, to_rank, None, hint)
+        cmp, val = anchor_auto_layout(cmp), anchor_auto_layout(val)
         return gl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
 
 

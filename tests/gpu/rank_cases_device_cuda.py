@@ -6,6 +6,7 @@ from triton.experimental.gluon import language as gl
 
 import iris
 from iris.gluon import IrisDeviceCtx, layout_hints
+from tests.gluon_auto_layout_kernels import every_method, no_iris_call
 from tests.rank_cases_device import _debug_setup, _expect, put_block, read_from_peer
 
 
@@ -30,25 +31,38 @@ def read_from_peer_blocked(IrisDeviceCtx: gl.constexpr, context_tensor, buf, out
 
 
 def gluon_layouts_on_gpu():
-    """CoalescedLayout and BlockedLayout variants run; the layout-less one fails, with our advice."""
+    """Layout-less kernels as upstream writes them run (IrisDeviceCtx anchors them), explicit layouts run, and
+    a layout-less kernel with no iris call fails with our advice."""
     ctx = iris.iris("64MiB", backend="cuda")
     r, n = ctx.cur_rank, ctx.num_ranks
     peer = (r + 1) % n
     buf = ctx.full((256,), float(r), dtype=torch.float32)
     out = ctx.zeros(256, dtype=torch.float32)
     ctx.barrier()
+    read_from_peer[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out, peer, 64)  # DESIGN.md's, verbatim
+    _expect("read_from_peer as written (no layout)", out[:64], torch.full((64,), float(peer)))
     read_from_peer_coalesced[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out, peer, 256)
     _expect("read_from_peer with CoalescedLayout", out, torch.full((256,), float(peer)))
     out.zero_()
     read_from_peer_blocked[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out, peer, 256, num_warps=4)
     _expect("read_from_peer with BlockedLayout", out, torch.full((256,), float(peer)))
+    # Every method on layout-less blocks; this rank's counters are touched by its left neighbour only:
+    # 0 +1 -1 xchg1 ^1 &1 |1 min1 max1 cas(1->2) = 2.
+    dst, counters = ctx.zeros(128, dtype=torch.float32), ctx.zeros(128, dtype=torch.int32)
+    out.zero_()
+    ctx.barrier()
+    every_method[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, dst, counters, out, peer, 128)
+    ctx.barrier()
+    _expect("every_method: loads through as_remote", out[:128], torch.full((128,), float(peer)))
+    _expect("every_method: atomics in order", counters, torch.full((128,), 2, dtype=torch.int32))
     try:
         with layout_hints():
-            read_from_peer[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out, peer, 64)
+            no_iris_call[(1,)](buf, out, 64)
     except RuntimeError as error:
         advice, compiler = str(error), str(error.__cause__)
     else:
-        raise AssertionError("the layout-less gl.arange compiled on the GPU: drop the caveat from iris.gluon")
+        raise AssertionError("a layout-less gl.arange with nothing to anchor it compiled on the GPU: drop the "
+                             "advice from iris.gluon")
     ctx.barrier()
     return {"rank": r, "advice": advice, "compiler": compiler}
 
