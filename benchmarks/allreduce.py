@@ -2,7 +2,8 @@
 
 Run on one machine with N GPUs (one rank each)::
 
-    torchrun --nproc_per_node=N benchmarks/allreduce.py            # timings, table, plot
+    torchrun --nproc_per_node=N benchmarks/allreduce.py            # timings, tables, plot
+    torchrun --nproc_per_node=N benchmarks/allreduce.py --eager    # the eager table only
     torchrun --nproc_per_node=N benchmarks/allreduce.py --check    # correctness of every variant only
 
 NCCL runs in its own process group (torch.distributed initialised with NCCL; iris makes a gloo group of its
@@ -11,13 +12,20 @@ sides are timed as CUDA-graph replays (several calls per graph, timed with event
 capture fails, marked in the table). Reported per size: latency in µs and bus bandwidth, ``2 (n - 1) / n *
 bytes / t`` for all_reduce and ``(n - 1) / n * bytes / t`` for all_gather (bytes: the output). The table and
 the goals, met or missed, go to benchmarks/RESULTS.md; the plot to benchmarks/allreduce_<N>gpu.png.
+
+The eager table times what a notebook or an eager model sees up to 4 MiB: a host loop of calls
+(``ctx.ccl.all_reduce(out, inp)`` as a user writes it, and ``dist.all_reduce``), wall time per call with
+the GPU kept busy; and the host cost of one call, the time until the call returns, with the GPU idle
+before it (median). Its goal: eager all_reduce at most 0.6x NCCL's eager time at every size.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before NCCL starts: multicast stays off, for NCCL too
 
@@ -41,6 +49,9 @@ OURS = ("auto", *ALL_REDUCE_VARIANTS)
 # accumulators; the inboxes of one_shot and push hold 2 x world copies of the input.
 MAX_BYTES = {"atomic": 64 * MiB, "one_shot": 64 * MiB, "push": 64 * MiB}
 TIMED_MS = 20.0  # replays per measurement: about this long
+EAGER_MAX_BYTES = 4 * MiB  # eager calls are timed up to this size: above it the kernel dominates anyway
+EAGER_CALLS = 300  # calls per eager loop, the same on every rank (each call is a collective)
+EAGER_GOAL = 0.6  # eager all_reduce at most this fraction of NCCL's eager time
 
 
 def _size(nbytes: int) -> str:
@@ -97,6 +108,51 @@ def measure(fn, calls: int) -> tuple[float, bool]:
     us = torch.tensor([start.elapsed_time(end) * 1e3 / (repeats * calls)], device="cuda")
     dist.all_reduce(us, op=dist.ReduceOp.MAX)  # the slowest rank's time
     return us.item(), captured
+
+
+def eager(fn) -> float:
+    """µs per call of a host loop of ``EAGER_CALLS`` calls (wall time, the GPU drained at both ends); the
+    slowest rank's."""
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(EAGER_CALLS):
+        fn()
+    torch.cuda.synchronize()
+    us = torch.tensor([(time.perf_counter() - start) * 1e6 / EAGER_CALLS], device="cuda")
+    dist.all_reduce(us, op=dist.ReduceOp.MAX)
+    return us.item()
+
+
+def host_cost(fn, calls: int = 100) -> float:
+    """Median µs until one call returns, the GPU idle before each (the host path alone); the slowest rank's."""
+    samples = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e6)
+    torch.cuda.synchronize()
+    us = torch.tensor([statistics.median(samples)], device="cuda")
+    dist.all_reduce(us, op=dist.ReduceOp.MAX)
+    return us.item()
+
+
+def bench_eager(ctx, nbytes: int, dtype) -> dict:
+    """{name: µs}: eager loops and host costs of NCCL and of ``ctx.ccl.all_reduce`` (size rule), and the
+    latter's time captured in a graph, for comparison."""
+    n = nbytes // torch.tensor([], dtype=dtype).element_size()
+    inp, out = ctx.randn(n, dtype=dtype), ctx.zeros(n, dtype=dtype)
+    nccl = inp.clone()
+    ours = lambda: ctx.ccl.all_reduce(out, inp)  # as a user writes it: no workspace, no config
+    row = {"NCCL eager": eager(lambda: dist.all_reduce(nccl)), "iris eager": eager(ours),
+           "NCCL host": host_cost(lambda: dist.all_reduce(nccl)), "iris host": host_cost(ours),
+           "iris graph": measure(ours, calls_per_graph(nbytes))[0]}
+    workspace = ctx.ccl.all_reduce(out, inp)
+    row["path"] = "direct" if all(b.direct for b in workspace.launches.values()) else "through Triton"
+    return row
 
 
 def calls_per_graph(nbytes: int) -> int:
@@ -270,6 +326,42 @@ def plot(reduce_rows: dict, gather_rows: dict, world: int, path: str) -> None:
     figure.savefig(path, dpi=110)
 
 
+def eager_table(rows: dict) -> list[str]:
+    """The eager goal per dtype (worst ratio over sizes) and one table per dtype."""
+    lines = []
+    for name, by_size in rows.items():
+        worst = max(by_size, key=lambda s: by_size[s]["iris eager"] / by_size[s]["NCCL eager"])
+        ratio = by_size[worst]["iris eager"] / by_size[worst]["NCCL eager"]
+        lines.append(f"- {name}, eager all_reduce at most {EAGER_GOAL}x NCCL's eager time up to "
+                     f"{_size(EAGER_MAX_BYTES)}: **{'met' if ratio <= EAGER_GOAL else 'missed'}** (worst: "
+                     f"{ratio:.2f}x at {_size(worst)})")
+    lines.append("")
+    for name, by_size in rows.items():
+        lines += [f"**{name} eager** — µs per call", "",
+                  "| size | NCCL eager | iris eager | iris / NCCL | NCCL host | iris host | iris graph | iris path |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for nbytes, row in by_size.items():
+            lines.append(f"| {_size(nbytes)} | {row['NCCL eager']:.1f} | {row['iris eager']:.1f} | "
+                         f"{row['iris eager'] / row['NCCL eager']:.2f}x | {row['NCCL host']:.1f} | "
+                         f"{row['iris host']:.1f} | {row['iris graph']:.1f} | {row['path']} |")
+        lines.append("")
+    return lines
+
+
+def report_eager(rows: dict, world: int) -> None:
+    body = [
+        f"{environment()}; {world} ranks, one per GPU; NCCL {'.'.join(map(str, torch.cuda.nccl.version()))} with "
+        f"NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')}. Eager: a host loop of {EAGER_CALLS} calls, wall "
+        "time per call, slowest rank (iris: `ctx.ccl.all_reduce(out, inp)`, size rule, as a notebook calls it; "
+        "NCCL: `dist.all_reduce`). Host: median time until one call returns with the GPU idle before it. "
+        "Graph: the same iris call captured in a CUDA graph (20 per graph), for the kernel's own time. Path: "
+        "how repeated calls launch (direct: the compiled kernel's launcher, iris.ccl.fast_path).",
+        "", *eager_table(rows),
+    ]
+    print("\n".join(body))
+    write_section(f"allreduce eager ({world} GPUs)", "\n".join(body))
+
+
 def rules() -> str:
     """The size rules that pick the "auto" column, and the variants not run at every size, in words."""
     by_limit = {}
@@ -284,15 +376,24 @@ def rules() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only check every variant's results against NCCL")
+    parser.add_argument("--eager", action="store_true", help="only the eager table (host loops up to 4 MiB)")
     args = parser.parse_args()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
     ctx = iris.iris("5GiB" if not args.check else "1GiB", backend="cuda")
     world = ctx.num_ranks
+    eager_sizes = [size for size in SIZES if size <= EAGER_MAX_BYTES]
     if args.check:
         check(ctx)
+    elif args.eager:
+        rows = {name: {s: bench_eager(ctx, s, dtype) for s in eager_sizes} for name, dtype in DTYPES.items()}
+        if ctx.cur_rank == 0:
+            report_eager(rows, world)
     else:
+        eager_rows = {name: {s: bench_eager(ctx, s, dtype) for s in eager_sizes} for name, dtype in DTYPES.items()}
+        if ctx.cur_rank == 0:
+            report_eager(eager_rows, world)
         reduce_rows = {name: {s: bench_all_reduce(ctx, s, dtype) for s in SIZES} for name, dtype in DTYPES.items()}
         gather_rows = {"bf16": {s: bench_all_gather(ctx, s, torch.bfloat16) for s in GATHER_SIZES}}
         if ctx.cur_rank == 0:

@@ -282,6 +282,86 @@ def barrier_async_and_errors():
     return {"rank": r, "messages": messages}
 
 
+def _bound(workspace):
+    """The one recorded launch of ``workspace`` (iris.ccl.fast_path)."""
+    if len(workspace.launches) != 1:
+        raise AssertionError(f"expected one recorded launch, found {len(workspace.launches)}")
+    return next(iter(workspace.launches.values()))
+
+
+def repeated_calls_replay(numel):
+    """A repeated call with the same tensors replays its recorded launch (no checks, no size rule, no
+    allocation; on a GPU the compiled kernel directly) and still computes with the tensors' current values;
+    new tensors, a freed tensor's address reused, a changed Config and bad arguments take the full path."""
+    ctx = _ctx()
+    r, world = ctx.cur_rank, ctx.num_ranks
+    direct = BACKEND == "cuda"
+    inp, out = ctx.zeros(numel), ctx.zeros(numel)
+    gathered, chunk = ctx.zeros(world * numel), ctx.zeros(numel)
+    workspaces = {}
+    ops = {  # name: (call, check of call number c)
+        "all_reduce": (lambda: ctx.ccl.all_reduce(out, inp), lambda c: _check_close(
+            f"all_reduce call {c}", out, _sum_reference(world, c, (numel,), torch.float32), torch.float32, world)),
+        "all_gather": (lambda: ctx.ccl.all_gather(gathered, inp), lambda c: _check_equal(
+            f"all_gather call {c}", gathered, torch.cat([_values(s, c, (numel,), torch.float32)
+                                                       for s in range(world)]))),
+        "reduce_scatter": (lambda: ctx.ccl.reduce_scatter(chunk, inp), None),
+        "barrier": (lambda: iris.ccl.device_barrier(ctx, workspace=workspaces.get("barrier")), None),
+    }
+    usage = None
+    for call in range(4):
+        _fill(ctx, inp, r, call)
+        ctx.barrier()
+        for name, (run, check) in ops.items():
+            workspace = run()
+            if call == 0:
+                workspaces[name] = workspace
+            elif workspace is not workspaces[name]:
+                raise AssertionError(f"{name} call {call} made a new workspace")
+            if check is not None:
+                check(call)
+        if call == 0:
+            usage = ctx.heap_usage()
+        ctx.barrier()
+    for name, workspace in workspaces.items():
+        bound = _bound(workspace)
+        if (bound.replays, bound.direct) != (3, direct):
+            raise AssertionError(f"{name}: {bound.replays} replays (direct: {bound.direct}), expected 3 ({direct})")
+    if ctx.heap_usage() != usage:
+        raise AssertionError(f"replays allocated on the heap: {usage} then {ctx.heap_usage()}")
+
+    # Other tensors of the same shape: a second record beside the first, both replayable.
+    other_out = ctx.zeros(numel)
+    for call in (4, 5):
+        _fill(ctx, inp, r, call)
+        ctx.barrier()
+        ctx.ccl.all_reduce(other_out, inp)
+        ctx.ccl.all_reduce(out, inp)
+        for what, tensor in (("other output", other_out), ("output", out)):
+            _check_close(f"all_reduce into the {what}, call {call}", tensor,
+                         _sum_reference(world, call, (numel,), torch.float32), torch.float32, world)
+        ctx.barrier()
+    if len(workspaces["all_reduce"].launches) != 2:
+        raise AssertionError(f"expected 2 records, found {len(workspaces['all_reduce'].launches)}")
+    # A freed output's address handed to a new tensor: the record's addresses are right for it too.
+    address = other_out.data_ptr()
+    del other_out
+    reused = ctx.zeros(numel)
+    _fill(ctx, inp, r, 6)
+    ctx.barrier()
+    ctx.ccl.all_reduce(reused, inp)
+    _check_close("all_reduce into a reused address", reused, _sum_reference(world, 6, (numel,), torch.float32),
+                 torch.float32, world)
+    # A Config with other values is another call: its own workspace.
+    two_shot = ctx.ccl.all_reduce(out, inp, config=Config(all_reduce_variant="two_shot"))
+    if two_shot.key[1] != "two_shot":
+        raise AssertionError(f"Config(all_reduce_variant='two_shot') ran {two_shot.key[1]}")
+    # A bad call after replays is still checked.
+    message = _raises(ValueError, "shape", lambda: ctx.ccl.all_reduce(out[:-1], inp))
+    ctx.barrier()
+    return {"rank": r, "reused_address": reused.data_ptr() == address, "message": message}
+
+
 # ------------------------------------------------------------------ CUDA graphs (GPU only)
 
 def graph_capture(numel):

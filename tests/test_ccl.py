@@ -89,6 +89,12 @@ def test_back_to_back_calls_without_host_synchronisation():
     assert all(r["checked"] == 5 * 10 for r in results)
 
 
+def test_repeated_calls_replay_without_the_host_path():
+    results = run_ranks(2, f"{CASES}:repeated_calls_replay", 100, timeout=240)
+    assert all("shape" in r["message"] and "rank " in r["message"] for r in results)
+    assert all(r["reused_address"] for r in results)  # else the reused-address case checked nothing
+
+
 def test_device_barrier_async_op_and_errors():
     results = run_ranks(3, f"{CASES}:barrier_async_and_errors", timeout=240)
     ranks_named = [all(f"rank {r['rank']}:" in m for m in r["messages"][:5]) for r in results]

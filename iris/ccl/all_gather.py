@@ -28,6 +28,7 @@ import triton.language as tl
 
 from ..device import DeviceContext
 from .config import ALL_GATHER_VARIANTS, Config
+from .fast_path import call_key, launch, replay
 from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
 from .launch import block_size, cdiv, check_group, check_tensors, hint, overlaps, programs
 from .sync import exchange
@@ -119,6 +120,10 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     --------
     >>> ws = iris.ccl.all_gather(out, inp, ctx)       # doctest: +SKIP
     """
+    tensors = (output_tensor, input_tensor)
+    call = call_key("all_gather", tensors, config, async_op, group=group)
+    if replay(workspace, call, tensors):  # the same call as before: checked, planned and compiled
+        return workspace
     config = config or Config()
     check_group(ctx, group)
     check_tensors(ctx, "all_gather", output_tensor, input_tensor)
@@ -138,13 +143,14 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     common = dict(rank=rank, world=world, BLOCK=block, num_warps=config.num_warps)
     if variant == "push":
         workspace = inbox_workspace(ctx, workspace, key, grid, input_tensor)
-        push_kernel[(grid,)](ctx.get_device_context(), input_tensor, output_tensor, workspace.scratch,
-                             workspace.flags, workspace.epochs, n, inbox_stride(n), HINT=inbox_hint(workspace),
-                             **common)
+        launch(workspace, call, tensors, push_kernel, (grid,), ctx.get_device_context(), input_tensor, output_tensor,
+               workspace.scratch, workspace.flags, workspace.epochs, n, inbox_stride(n), HINT=inbox_hint(workspace),
+               **common)
         return workspace
     workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS)
     in_place = input_tensor.data_ptr() == own_slice
     src, src_step = (output_tensor, n) if in_place else (input_tensor, 0)
-    pull_kernel[(grid,)](ctx.get_device_context(), src, src_step, output_tensor, workspace.flags, workspace.epochs,
-                         n, WAIT_DONE=not async_op, HINT=hint(*((src, s * src_step) for s in range(world))), **common)
+    launch(workspace, call, tensors, pull_kernel, (grid,), ctx.get_device_context(), src, src_step, output_tensor,
+           workspace.flags, workspace.epochs, n, WAIT_DONE=not async_op,
+           HINT=hint(*((src, s * src_step) for s in range(world))), **common)
     return workspace

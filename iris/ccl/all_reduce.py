@@ -39,6 +39,7 @@ import triton.language as tl
 
 from ..device import DeviceContext
 from .config import Config
+from .fast_path import call_key, launch, replay
 from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
 from .launch import block_size, cdiv, check_group, check_op, check_tensors, hint, overlaps, programs
 from .reduce_scatter import SLOTS as TWO_SHOT_SLOTS
@@ -238,6 +239,10 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
     --------
     >>> ws = iris.ccl.all_reduce(out, inp, ctx, config=Config(all_reduce_variant="ring"))  # doctest: +SKIP
     """
+    tensors = (output_tensor, input_tensor)
+    call = call_key("all_reduce", tensors, config, async_op, op, group)
+    if replay(workspace, call, tensors):  # the same call as before: checked, planned and compiled
+        return workspace
     config = config or Config()
     check_op(ctx, op)
     check_group(ctx, group)
@@ -251,21 +256,23 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
     n, world, rank = input_tensor.numel(), ctx.num_ranks, ctx.cur_rank
     grid, block, wait_done = (workspace.programs,), workspace.key[5], not async_op
     common = dict(rank=rank, world=world, BLOCK=block, num_warps=config.num_warps)
+    recorded = (workspace, call, tensors)
     if variant == "one_shot":
-        one_shot_kernel[grid](ctx.get_device_context(), input_tensor, output_tensor, workspace.scratch,
-                              workspace.flags, workspace.epochs, n, inbox_stride(n),
-                              HINT=inbox_hint(workspace), **common)
+        launch(*recorded, one_shot_kernel, grid, ctx.get_device_context(), input_tensor, output_tensor,
+               workspace.scratch, workspace.flags, workspace.epochs, n, inbox_stride(n),
+               HINT=inbox_hint(workspace), **common)
     elif variant == "two_shot":
-        launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, gather=True, wait_done=wait_done)
+        launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, gather=True, wait_done=wait_done,
+                             call=call)
     elif variant == "ring":
         if world == 1:
             output_tensor.copy_(input_tensor)  # a ring of one has no steps
             return workspace
-        ring_kernel[grid](ctx.get_device_context(), input_tensor, output_tensor, workspace.scratch,
-                          workspace.flags, workspace.epochs, n, chunk_size(n, world), WAIT_DONE=wait_done,
-                          HINT=hint((input_tensor, 0), (output_tensor, 0), (workspace.scratch, 0)), **common)
+        launch(*recorded, ring_kernel, grid, ctx.get_device_context(), input_tensor, output_tensor,
+               workspace.scratch, workspace.flags, workspace.epochs, n, chunk_size(n, world), WAIT_DONE=wait_done,
+               HINT=hint((input_tensor, 0), (output_tensor, 0), (workspace.scratch, 0)), **common)
     else:
-        atomic_kernel[grid](ctx.get_device_context(), input_tensor, output_tensor, workspace.scratch,
-                            workspace.flags, workspace.epochs, n,
-                            HINT=hint((workspace.scratch, 0), (workspace.scratch, n)), **common)
+        launch(*recorded, atomic_kernel, grid, ctx.get_device_context(), input_tensor, output_tensor,
+               workspace.scratch, workspace.flags, workspace.epochs, n,
+               HINT=hint((workspace.scratch, 0), (workspace.scratch, n)), **common)
     return workspace

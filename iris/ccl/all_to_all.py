@@ -18,6 +18,7 @@ import triton.language as tl
 
 from ..device import DeviceContext
 from .config import Config
+from .fast_path import call_key, launch, replay
 from .launch import cdiv, check_group, check_tensors, overlaps, programs
 from .sync import exchange
 from .workspace import Workspace, reuse_or_allocate
@@ -79,6 +80,10 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     --------
     >>> ws = iris.ccl.all_to_all(out, inp, ctx)       # doctest: +SKIP
     """
+    tensors = (output_tensor, input_tensor)
+    call = call_key("all_to_all", tensors, config, async_op, group=group)
+    if replay(workspace, call, tensors):  # the same call as before: checked, planned and compiled
+        return workspace
     config = config or Config()
     check_group(ctx, group)
     check_tensors(ctx, "all_to_all", output_tensor, input_tensor)
@@ -96,8 +101,7 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS)
     row_bytes, col_bytes = input_tensor.stride(0) * input_tensor.element_size(), N * input_tensor.element_size()
     aligned = input_tensor.data_ptr() % 16 == 0 and row_bytes % 16 == 0 and col_bytes % 16 == 0 and bn >= 16
-    all_to_all_kernel[(grid,)](ctx.get_device_context(), input_tensor, output_tensor, workspace.flags,
-                               workspace.epochs, M, N, input_tensor.stride(0), rank=rank, world=world,
-                               BLOCK_M=bm, BLOCK_N=bn, WAIT_DONE=not async_op, WIDE=aligned,
-                               num_warps=config.num_warps)
+    launch(workspace, call, tensors, all_to_all_kernel, (grid,), ctx.get_device_context(), input_tensor,
+           output_tensor, workspace.flags, workspace.epochs, M, N, input_tensor.stride(0), rank=rank, world=world,
+           BLOCK_M=bm, BLOCK_N=bn, WAIT_DONE=not async_op, WIDE=aligned, num_warps=config.num_warps)
     return workspace

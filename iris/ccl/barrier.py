@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from ..device import DeviceContext
+from .fast_path import call_key, launch, replay
 from .launch import check_group
 from .sync import exchange
 from .workspace import Workspace
@@ -56,9 +57,12 @@ def device_barrier(ctx, group=None, workspace: Workspace | None = None) -> Works
     >>> ws = iris.ccl.device_barrier(ctx)              # doctest: +SKIP
     >>> ws = iris.ccl.device_barrier(ctx, workspace=ws)
     """
+    call = call_key("barrier", (), None, False, group=group)
+    if replay(workspace, call, ()):
+        return workspace
     check_group(ctx, group)
     if workspace is None:
         workspace = Workspace.allocate(ctx, ("barrier", "flags"), programs=1, slots=1)
-    device_barrier_kernel[(1,)](ctx.get_device_context(), workspace.flags, workspace.epochs,
-                                rank=ctx.cur_rank, world=ctx.num_ranks, num_warps=1)
+    launch(workspace, call, (), device_barrier_kernel, (1,), ctx.get_device_context(), workspace.flags,
+           workspace.epochs, rank=ctx.cur_rank, world=ctx.num_ranks, num_warps=1)
     return workspace

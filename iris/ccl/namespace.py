@@ -2,7 +2,7 @@
 
 It keeps the most recent workspace of each collective and requested variant, so repeated calls with the
 same shapes allocate nothing and may be captured in a CUDA graph once a first call has run outside the
-capture.
+capture; repeated calls with the same tensors relaunch the kernel directly (:mod:`iris.ccl.fast_path`).
 
 Examples
 --------
@@ -21,6 +21,8 @@ from .config import Config
 from .reduce_scatter import reduce_scatter
 from .workspace import Workspace
 
+VARIANT_FIELDS = {"all_reduce": "all_reduce_variant", "all_gather": "all_gather_variant"}
+
 
 class CCL:
     """Collectives over every rank of ``ctx``; every method is collective (all ranks call it alike)."""
@@ -31,8 +33,8 @@ class CCL:
 
     @staticmethod
     def _key(collective: str, config: Config | None) -> tuple:
-        field = {"all_reduce": "all_reduce_variant", "all_gather": "all_gather_variant"}.get(collective)
-        return collective, getattr(config or Config(), field) if field else None
+        field = VARIANT_FIELDS.get(collective)
+        return collective, getattr(config, field) if field and config is not None else None
 
     def _cached(self, collective: str, config: Config | None) -> Workspace | None:
         return self._workspaces.get(self._key(collective, config))

@@ -25,6 +25,7 @@ import triton.language as tl
 
 from ..device import DeviceContext
 from .config import Config
+from .fast_path import call_key, launch, replay
 from .launch import block_size, cdiv, check_group, check_op, check_tensors, hint, overlaps, programs
 from .sync import exchange
 from .workspace import reuse_or_allocate
@@ -79,14 +80,15 @@ def reduce_chunk_kernel(context, inp, out, flags, epochs, n, chunk, rank: tl.con
     tl.store(epochs + pid, epoch)
 
 
-def launch_reduce_chunks(ctx, out, inp, workspace, config: Config, gather: bool, wait_done: bool) -> None:
-    """Launch the kernel over ``workspace.programs`` programs (see :func:`launch_shape`)."""
+def launch_reduce_chunks(ctx, out, inp, workspace, config: Config, gather: bool, wait_done: bool, call=None) -> None:
+    """Launch the kernel over ``workspace.programs`` programs (see :func:`launch_shape`), recorded under
+    ``call`` (a :func:`~iris.ccl.fast_path.call_key`) for :func:`iris.ccl.fast_path.replay`."""
     n, world = inp.numel(), ctx.num_ranks
     chunk = chunk_size(n, world)
-    reduce_chunk_kernel[(workspace.programs,)](
-        ctx.get_device_context(), inp, out, workspace.flags, workspace.epochs, n, chunk,
-        rank=ctx.cur_rank, world=world, BLOCK=block_size(ctx, config), GATHER=gather, WAIT_DONE=wait_done,
-        HINT=hint((inp, 0), (out, 0)), num_warps=config.num_warps)
+    launch(workspace, call, (out, inp), reduce_chunk_kernel, (workspace.programs,),
+           ctx.get_device_context(), inp, out, workspace.flags, workspace.epochs, n, chunk,
+           rank=ctx.cur_rank, world=world, BLOCK=block_size(ctx, config), GATHER=gather, WAIT_DONE=wait_done,
+           HINT=hint((inp, 0), (out, 0)), num_warps=config.num_warps)
 
 
 def launch_shape(ctx, inp, config: Config) -> int:
@@ -122,6 +124,10 @@ def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_
     --------
     >>> ws = iris.ccl.reduce_scatter(out, inp, ctx)       # doctest: +SKIP
     """
+    tensors = (output_tensor, input_tensor)
+    call = call_key("reduce_scatter", tensors, config, async_op, op, group)
+    if replay(workspace, call, tensors):  # the same call as before: checked, planned and compiled
+        return workspace
     config = config or Config()
     check_op(ctx, op)
     check_group(ctx, group)
@@ -132,5 +138,6 @@ def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_
     grid = launch_shape(ctx, input_tensor, config)
     key = ("reduce_scatter", "two_shot", input_tensor.numel(), input_tensor.dtype, grid, block_size(ctx, config))
     workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS)
-    launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, gather=False, wait_done=not async_op)
+    launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, gather=False, wait_done=not async_op,
+                         call=call)
     return workspace

@@ -57,6 +57,8 @@ class Workspace(Work):
     scratch : torch.Tensor or None
         Heap buffer some algorithms need (ring: partial sums; atomic: fp32 accumulators; one_shot and push:
         the double-buffered inbox, see :mod:`iris.ccl.inbox`).
+    launches : dict
+        Calls made with this workspace, ready to be relaunched (:mod:`iris.ccl.fast_path`).
     """
 
     ctx: object
@@ -65,6 +67,7 @@ class Workspace(Work):
     flags: torch.Tensor
     epochs: torch.Tensor
     scratch: torch.Tensor | None = field(default=None)
+    launches: dict = field(default_factory=dict)
 
     def __post_init__(self):
         Work.__init__(self, self.ctx)

@@ -49,3 +49,9 @@ def test_device_barrier_async_op_and_errors():
 
 def test_cuda_graph_capture_and_replay():
     assert all(r["replays"] == 3 for r in run_ranks(WORLD, f"{CASES}:graph_capture", 300_001, env=CUDA))
+
+
+def test_repeated_calls_launch_the_compiled_kernel_directly():
+    # on a GPU a replay calls the compiled kernel's launcher (BoundLaunch.direct), with addresses
+    results = run_ranks(WORLD, f"{CASES}:repeated_calls_replay", 100_003, env=CUDA)
+    assert all(r["reused_address"] for r in results)
