@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from bs4 import BeautifulSoup
+from PIL import Image
 
 from .multirank import ROOT
 
@@ -23,3 +28,21 @@ def test_main_job_runs_the_quickstart_headless(tmp_path):
     outputs = "".join(str(o) for c in executed["cells"] if c["cell_type"] == "code" for o in c["outputs"])
     assert "exercise solved" in outputs and "error" not in {o.get("output_type") for c in executed["cells"]
                                                             if c["cell_type"] == "code" for o in c["outputs"]}
+    see_it = next(c for c in executed["cells"] if "".join(c["source"]) == "%iris show inbox")
+    [output] = see_it["outputs"]  # the widget, and the static form that GitHub and nbviewer show
+    assert {"application/vnd.jupyter.widget-view+json", "text/html"} <= set(output["data"])
+    assert "widgets" not in executed["metadata"]  # no widget state: renderers fall back to the static form
+    check_buffers_are_visible((ROOT / "build/tutorials/00_quickstart.html").read_text())
+
+
+def check_buffers_are_visible(page: str) -> None:
+    """The web page's "See it" cell shows each rank's inbox as a picture, and their values, in the page
+    itself (nothing for a script to draw)."""
+    cells = BeautifulSoup(page, "html.parser").select(".jp-CodeCell")
+    [see_it] = [c for c in cells if c.select_one(".jp-InputArea-editor").get_text().strip() == "%iris show inbox"]
+    pictures = [np.asarray(Image.open(io.BytesIO(base64.b64decode(img["src"].split(",", 1)[1]))).convert("L"))
+                for img in see_it.select(".jp-OutputArea .iris-rank-panel img")]
+    assert len(pictures) == 2 and all(p.std() > 10 for p in pictures)  # a picture per rank, not a blank
+    assert not np.array_equal(*pictures)  # rank 0's inbox holds 2.0, rank 1's 1.0
+    rows = [row.get_text(" ") for row in see_it.select("table.iris-values tr")]
+    assert rows[1].startswith("rank 0 2 2") and rows[2].startswith("rank 1 1 1")

@@ -1,18 +1,22 @@
 """The widgets' state, checked from Python against a real IPython shell and a real 2-rank CPU cluster.
 
 The cluster is started once for the module. What the widgets *draw* is checked in a browser by
-tests/test_browser.py; here: which panels exist, what their captions, tables and addresses say, and what
-the engines sent (reduced blocks, change masks).
+tests/test_browser.py; here: which panels exist, what their captions, tables and addresses say, what
+the engines sent (reduced blocks, change masks), and the static form each view's output carries beside the
+widget (what nbconvert, GitHub and nbviewer show).
 """
 
 from __future__ import annotations
 
+import base64
 import io
+import re
 
 import numpy as np
 import pytest
 import torch
 from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
 from PIL import Image
 
 import workbench
@@ -53,6 +57,20 @@ def decoded(png: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def static_form(view) -> str:
+    """The text/html of the view's output, after checking that the output holds the widget too."""
+    bundle = view._repr_mimebundle_()
+    assert bundle[WIDGET_VIEW]["model_id"] == view.model_id
+    return bundle["text/html"]
+
+
+def inlined_pictures(page: str) -> list[bytes]:
+    return [base64.b64decode(data) for data in re.findall(r'<img src="data:image/png;base64,([^"]+)"', page)]
+
+
 # -- reduction on the engines ------------------------------------------------------------------------
 
 def test_block_reduction_matches_numpy_on_ragged_blocks():
@@ -90,6 +108,10 @@ def test_buffer_view_has_a_panel_per_rank_on_one_colour_scale(shell, wb, display
         assert "min " in panel.caption.value and "first look" in panel.caption.value
     assert view.panels.children[1].caption.value.startswith("min 10 · max 11 · mean 10.5")
     assert view.table.value == ""  # 1536 elements: stats, no values table
+    page = static_form(view)
+    assert inlined_pictures(page) == [panel.image.value for panel in view.panels.children]  # one per rank
+    assert view.header.value in page and "min 10 · max 11" in page
+    assert view._repr_mimebundle_()["text/plain"] == "BufferView of 'grid' on 2 ranks, float32[32, 48]"
 
 
 def test_large_tensors_are_reduced_on_the_engines(shell, wb):
@@ -141,6 +163,19 @@ def test_small_tensor_gets_a_values_table_with_changes_marked(shell, wb, display
     assert view.table.value.count("background:#f88") == 2  # one cell per rank
 
 
+def test_a_views_outputs_get_its_static_form_again_when_a_cell_refreshes_it(shell, wb):
+    run(shell, "", "follow = ctx.zeros(4)")
+    with capture_output() as captured:
+        shell.run_line_magic("iris", "show follow")
+        run(shell, "--show follow", "follow[1] = 7")
+    shown, updated = captured.outputs
+    assert not shown.update and updated.update
+    assert shown.transient["display_id"] == updated.transient["display_id"]  # the view's own output
+    assert shown.data[WIDGET_VIEW] == updated.data[WIDGET_VIEW]
+    assert "first look" in shown.data["text/html"] and "max 7" not in shown.data["text/html"]
+    assert "max 7" in updated.data["text/html"] and updated.data["text/html"].count("background:#f88") == 2
+
+
 def test_slice_slider_above_two_dimensions(shell, wb):
     run(shell, "", "cube = ctx.zeros(3, 4, 8, 8)\ncube[2, 1] = 7")
     view = workbench.show("cube")
@@ -181,6 +216,11 @@ def test_heap_inspector_names_allocations_after_variables(shell, wb, displayed):
     gamma = next(a for a in inspector.maps[0]["allocations"] if a["names"] == ["gamma"])
     assert f"left:{100 * gamma['offset'] / (64 << 20):.4f}%" in bar  # offsets to scale
     assert "alias, alpha on ranks 0, 1" in inspector.table.value
+    page = static_form(inspector)
+    assert inspector.table.value in page and all(bar.value in page for bar in inspector.bars.children)
+    assert "choose a tensor" not in page  # the dropdown needs a kernel
+    assert re.fullmatch(r"HeapInspector of 2 heaps of 64.0 MiB, \d+ live tensors each",
+                        inspector._repr_mimebundle_()["text/plain"])
 
     inspector.select.value = "gamma"
     opened = inspector.buffer_view
@@ -213,6 +253,11 @@ def test_remote_view_reads_the_same_memory_through_as_remote(shell, wb, displaye
     assert [p.title.value for p in view.panels.children][:2] == ["<b>rank 1&#x27;s own shared</b>",
                                                                 "<b>rank 0: as_remote(shared, 1)</b>"]
     assert f"<code>{bases[0][1] + offsets[0]:#x}</code>" in view.addresses.value
+    page = static_form(view)
+    assert view.addresses.value in page and view.table.value in page
+    assert inlined_pictures(page) == [panel.image.value for panel in view.panels.children]  # own, then 2 reads
+    assert view._repr_mimebundle_()["text/plain"] == ("RemoteView of rank 1's 'shared' through as_remote on 2 "
+                                                      "ranks, float32[40]")
     run(shell, "--show shared", "if rank == 0:\n    ctx.as_remote(shared, 1)[0] = -5.0\nctx.barrier()")
     assert len(displayed) == 1 and all(row["equal"] for row in view.rows)
     assert view.own["values"][0] == -5.0 and view.rows[0]["values"][0] == -5.0

@@ -53,7 +53,9 @@ def run_headless(notebook: Path = QUICKSTART, output: Path = OUTPUT) -> Path:
     executed = output / notebook.name
     started = time.perf_counter()
     try:
-        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+        # No widget state: nbconvert would then embed the views as widgets, drawn only by a script fetched
+        # from a CDN; without it, the web page (and GitHub, nbviewer) shows each view's static form.
+        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=False,
                                 resources={"metadata": {"path": str(output)}}).execute()
     finally:  # a failing cell's output is worth keeping too
         nbformat.write(nb, executed)

@@ -1,8 +1,9 @@
 """Widgets that show what every rank holds: :class:`BufferView`, :class:`HeapInspector`, :class:`RemoteView`.
 
 Each rank reduces its data before sending it (:mod:`.reduce`, called through :mod:`.probes`), so the
-notebook receives a few hundred kB per rank whatever the tensor's size; :mod:`.render` draws the PNGs and
-:mod:`.registry` keeps the views ``%%iris_kernel --show NAME`` refreshes in place.
+notebook receives a few hundred kB per rank whatever the tensor's size; :mod:`.render` draws the PNGs,
+:mod:`.registry` keeps the views ``%%iris_kernel --show NAME`` refreshes in place, and :mod:`.static` gives
+every view's output a static form (its pictures and tables) for where no widget manager runs.
 
 The engines import :mod:`.probes` (and :mod:`.reduce`) to answer the views; this package's ``__init__``
 loads the widget classes only when asked, so engines never import ipywidgets or matplotlib.

@@ -17,9 +17,10 @@ import ipywidgets as widgets
 
 from ..report import WorkbenchError
 from . import panels, probes, render
+from .static import StaticForm
 
 
-class BufferView(widgets.VBox):
+class BufferView(StaticForm, widgets.VBox):
     """Every rank's copy of ``name`` (a variable, or an expression such as ``"x[0]"``) as a picture.
 
     Each rank reduces its tensor before sending it (blocks of at most ``max_side`` per side, see
@@ -109,6 +110,12 @@ class BufferView(widgets.VBox):
             caption = panels.stats_line(snapshot, where)
             panel.show(png, caption + ("<br>" + panels.change_line(snapshot) if self.diff.value else ""))
         self.table.value = panels.values_table(self.snapshots, self.diff.value)
+
+    def summary(self) -> str:
+        """``BufferView of 'x' on 2 ranks, float32[32, 48]``: the view's ``text/plain``."""
+        count = len(self.snapshots)
+        return (f"BufferView of {self.name!r} on {count} rank{'s' * (count != 1)}, "
+                f"{panels.tensor_phrase(self.snapshots)}")
 
     def _ensure_panels(self, ranks: list[int]) -> None:
         if [p.rank for p in self.panels.children] != ranks:

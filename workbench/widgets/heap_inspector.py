@@ -16,6 +16,7 @@ from iris.sizes import format_size
 
 from ..report import ranks_phrase
 from . import probes
+from .static import StaticForm
 
 # One colour per allocation (by its offset, the same on every rank), so a tensor looks alike in every bar.
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
@@ -23,7 +24,7 @@ FREE_COLOUR = "#eeeeee"
 ZOOM_BELOW = 0.25
 
 
-class HeapInspector(widgets.VBox):
+class HeapInspector(StaticForm, widgets.VBox):
     """Per rank: the heap as a horizontal bar (offsets and sizes to scale, free space grey), usage figures,
     and a table of allocations with dtype, shape, size, ``name=`` label and the variables referring to them.
 
@@ -81,6 +82,11 @@ class HeapInspector(widgets.VBox):
             self.open_view(self.select.value)
         elif self.buffer_view is not None:
             self.buffer_view.refresh()
+
+    def summary(self) -> str:
+        """``HeapInspector of 2 heaps of 64.0 MiB, 3 live tensors each``: the view's ``text/plain``."""
+        return (f"HeapInspector of {len(self.maps)} heaps of {format_size(self.maps[0]['size'])}, "
+                f"{len(self.maps[0]['allocations'])} live tensors each")
 
     def _on_select(self, change) -> None:
         if not self._updating:

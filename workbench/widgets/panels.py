@@ -43,6 +43,7 @@ class RankPanel(widgets.VBox):
         self.rank = rank
         self.title = widgets.HTML(f"<b>{html.escape(title or f'rank {rank}')}</b>")
         self.image = widgets.Image(format="png", layout=widgets.Layout(width=f"{_width()}px"))
+        self.image.alt = title or f"rank {rank}"  # the static form's alt text (see static.static_html)
         self.caption = widgets.HTML(layout=widgets.Layout(max_width=f"{_width()}px"))
         super().__init__([self.title, self.image, self.caption],
                          layout=widgets.Layout(margin="0 8px 8px 0", align_items="flex-start"))
@@ -81,6 +82,12 @@ def picture(snapshot: dict, data: np.ndarray, vmin: float, vmax: float, title: s
     if block == 1 and length <= BARS_UP_TO:
         return render.bars(data, vmin, vmax, title, changed)
     return render.line(data, vmin, vmax, length, block, title, changed, band=(snapshot["min"], snapshot["max"]))
+
+
+def tensor_phrase(snapshots: list[dict]) -> str:
+    """``float32[32, 48]``, from the first snapshot that succeeded; ``no tensor`` when none did."""
+    ok = [s for s in snapshots if s["status"] == "ok"]
+    return f"{ok[0]['dtype']}{list(ok[0]['shape'])}" if ok else "no tensor"
 
 
 def stats_line(snapshot: dict, what: str = "") -> str:

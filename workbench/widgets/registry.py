@@ -5,6 +5,7 @@ A view is a widget: refreshing it changes its model, and every output showing th
 when one of them sits in another cell's output. It displays a view only when NAME has none, or when its
 views were all shown by this very cell: re-running a cell clears its outputs, so those views were no
 longer on the page; the refreshed view is displayed again (its diff marks then show what the re-run changed).
+A refreshed view also sends its outputs its new static form (:meth:`~.static.StaticForm.update_displays`).
 
 A newer view of the same thing replaces the older one here; the older one stays as it was drawn.
 
@@ -61,6 +62,7 @@ def after_cell(wb, names) -> None:
         for _, view, _ in live:
             view.wb = wb  # the workbench may have been started anew since the view was made
             view.refresh()
+            view.update_displays()  # its outputs' static form (what a saved notebook keeps) follows
         if any(shown_in is None or shown_in != cell for _, _, shown_in in live):
             continue  # on the page in another cell (or, outside a notebook, wherever it was shown)
         buffer_views = [(key, view) for key, view, _ in live if isinstance(view, BufferView)]

@@ -15,9 +15,10 @@ import ipywidgets as widgets
 
 from ..report import WorkbenchError
 from . import panels, probes, reduce, render
+from .static import StaticForm
 
 
-class RemoteView(widgets.VBox):
+class RemoteView(StaticForm, widgets.VBox):
     """For every rank r: its ``heap_bases`` row, the tensor's offset, the translated address of its copy on
     rank R (``heap_bases[R] + offset``, computed on r), ``ctx.as_remote(x, R).data_ptr()``, and the values
     read through that view, beside rank R's own values: the same memory, so they are marked equal.
@@ -86,6 +87,11 @@ class RemoteView(widgets.VBox):
         self.slice.max = max(0, slices - 1)
         self.slice.layout.display = None if slices > 1 else "none"
         self._draw()
+
+    def summary(self) -> str:
+        """``RemoteView of rank 1's 'x' through as_remote on 2 ranks, float32[40]``: the ``text/plain``."""
+        return (f"RemoteView of rank {self.rank}'s {self.name!r} through as_remote on {len(self.rows)} ranks, "
+                f"{panels.tensor_phrase([self.own])}")
 
     def _draw(self) -> None:
         name, r = html.escape(self.name), self.rank
