@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import subprocess
 import sys
 
@@ -28,6 +29,12 @@ def test_main_job_runs_the_quickstart_headless(tmp_path):
     outputs = "".join(str(o) for c in executed["cells"] if c["cell_type"] == "code" for o in c["outputs"])
     assert "exercise solved" in outputs and "error" not in {o.get("output_type") for c in executed["cells"]
                                                             if c["cell_type"] == "code" for o in c["outputs"]}
+    # A newcomer's last cell: one line, none of the engines' logs.
+    stop = [c for c in executed["cells"] if "".join(c["source"]).strip() == "%iris stop"]
+    printed = "".join("".join(o.get("text", "")) for o in stop[0]["outputs"])  # stored as a str or lines
+    assert re.fullmatch(r"stopped 2 ranks \((cpu|cuda) backend\): each exited with status 0; no process.* left\n",
+                        printed), printed
+    assert not [word for word in ("CRITICAL", "Traceback", "signal 15") if word in outputs]
     see_it = next(c for c in executed["cells"] if "".join(c["source"]) == "%iris show inbox")
     [output] = see_it["outputs"]  # the widget, and the static form that GitHub and nbviewer show
     assert {"application/vnd.jupyter.widget-view+json", "text/html"} <= set(output["data"])

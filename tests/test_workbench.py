@@ -20,7 +20,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import workbench
-from workbench import engine
+from workbench import engine, shutdown
 from workbench.magics import parse_ranks
 
 from .multirank import ROOT
@@ -213,6 +213,8 @@ def test_rank_that_ignores_sigint_gets_the_cluster_restarted(shell, wb):
     assert error.report.ranks_with("unresponsive") == [0]
     assert "the cluster was restarted" in str(error) and "lost" in str(error)
     assert wb.pull("rank") == [0, 1] and wb.pull("'kept' in globals()") == [False, False]
+    # The restart did not wait for rank 0 to take a request it could not see; rank 1 stopped cleanly.
+    assert [(e.label, e.asked) for e in wb.last_stop.engines if e.problem] == [("rank 0", False)]
 
 
 def test_rank_that_crashes_is_reported_with_its_signal_then_restart_works(shell, wb, capsys):
@@ -228,6 +230,9 @@ if rank == 1:
     shell.run_line_magic("iris", "status")
     assert "SIGSEGV" in capsys.readouterr().out
     shell.run_line_magic("iris", "restart")
+    restarted = capsys.readouterr().out
+    assert restarted.startswith("stopped 2 ranks (cpu backend), not cleanly")
+    assert "\n  rank 1 had died (SIGSEGV) before the stop" in restarted and "rank 0 " not in restarted
     assert wb.pull("rank") == [0, 1] and not wb.broken
 
 
@@ -243,11 +248,36 @@ def wait_gone(pids, seconds: float) -> list[int]:
     return alive
 
 
-def test_stop_leaves_no_process_behind(shell, wb, capsys):
-    pids = wb.local_pids()
-    assert len(pids) >= 1 + 2 * 2  # controller, two engines and their nannies
+def engine_processes(wb) -> list[psutil.Process]:
+    """Each rank's engine process as the launcher that started it holds it: psutil keeps the exit status of
+    the process it reaped, which the launcher does when the engine exits."""
+    return [wb._local_processes()[pid] for pid in wb.engine_pids()]
+
+
+def test_rank_killed_before_stop_is_reported_concisely_by_the_stop(shell, wb, capfd):
+    engines = engine_processes(wb)
+    os.kill(engines[1].pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while wb.exit_status(1) is None and time.monotonic() < deadline:  # psutil sees a zombie a bit earlier
+        time.sleep(0.01)
+    capfd.readouterr()
     shell.run_line_magic("iris", "stop")
-    assert "stopped 2 ranks" in capsys.readouterr().out
+    out, err = capfd.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == "stopped 2 ranks (cpu backend), not cleanly; no process and nothing in /dev/shm left:"
+    assert lines[1].startswith("  rank 1 had died (SIGKILL) before the stop")
+    assert len(lines) <= 2 + shutdown.LOG_LINES and err == ""  # at most the end of rank 1's log
+    assert "rank 0" not in out and engines[0].wait(0) == 0  # rank 0 stopped cleanly: nothing to say
+
+
+def test_clean_stop_prints_one_line_and_every_engine_exits_with_status_0(shell, wb, capfd):
+    pids, engines = wb.local_pids(), engine_processes(wb)
+    assert len(pids) >= 1 + 2 * 2  # controller, two engines and their nannies
+    capfd.readouterr()
+    shell.run_line_magic("iris", "stop")
+    assert capfd.readouterr() == (
+        "stopped 2 ranks (cpu backend): each exited with status 0; no process and nothing in /dev/shm left\n", "")
+    assert [engine.wait(0) for engine in engines] == [0, 0]
     assert wait_gone(pids, 10) == []
     with pytest.raises(workbench.WorkbenchError, match="not running"):
         wb.pull("rank")

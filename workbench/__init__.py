@@ -32,12 +32,14 @@ from __future__ import annotations
 
 from .cluster import Workbench
 from .report import CellReport, RankError, RankResult, WorkbenchError
+from .shutdown import StopReport
 
 _current: Workbench | None = None
 
 
 def start(n: int = 4, backend: str = "auto", heap_size: int | str = "64MiB", **options) -> Workbench:
-    """Start ``n`` ranks and make them the current workbench (stopping the previous one).
+    """Start ``n`` ranks and make them the current workbench (stopping the previous one, which is reported only
+    when it did not stop cleanly).
 
     Parameters
     ----------
@@ -50,7 +52,9 @@ def start(n: int = 4, backend: str = "auto", heap_size: int | str = "64MiB", **o
     """
     global _current
     if _current is not None and _current.running:
-        _current.stop()
+        report = _current.stop()
+        if not report.ok:
+            print(f"the previous ranks: {report}")
     _current = Workbench(n=n, backend=backend, heap_size=heap_size, **options).start()
     return _current
 
@@ -111,6 +115,6 @@ def load_ipython_extension(ipython) -> None:
 
 
 __all__ = [
-    "CellReport", "RankError", "RankResult", "Workbench", "WorkbenchError",
+    "CellReport", "RankError", "RankResult", "StopReport", "Workbench", "WorkbenchError",
     "current", "heap", "load_ipython_extension", "remote", "show", "start",
 ]

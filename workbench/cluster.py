@@ -5,8 +5,11 @@ given explicitly (by the launcher's own rank for MPI/Slurm-style launchers, else
 to each engine with the torch.distributed rendezvous (``MASTER_ADDR``, ``MASTER_PORT`` on a port free
 on rank 0's host, ``RANK``, ``WORLD_SIZE``) before ``iris.iris(...)`` is called on every rank at once.
 
-Processes are only ever stopped through ipyparallel's cluster API (by pid, SIGTERM then SIGKILL), at
-:meth:`Workbench.stop`, at interpreter exit, or by an engine-side watchdog if the notebook dies.
+:meth:`Workbench.stop` asks every rank's engine to exit (status 0) and waits for it; only what is still
+running then is stopped through ipyparallel's cluster API (by pid, SIGTERM then SIGKILL). It runs at
+interpreter exit too, and an engine-side watchdog ends the engines if the notebook dies. ipyparallel's own
+messages about the processes (whole engine logs when one exits with a non-zero status) are kept in
+:attr:`Workbench.cluster_log` instead of printed: the workbench says itself, concisely, what went wrong.
 
 Examples
 --------
@@ -14,30 +17,44 @@ Examples
 >>> wb.run("x = ctx.full((4,), float(rank))")                              # doctest: +SKIP
 >>> wb.pull("x")                                                             # doctest: +SKIP
 [tensor([0., 0., 0., 0.]), tensor([1., 1., 1., 1.])]
->>> wb.stop()                                                               # doctest: +SKIP
+>>> print(wb.stop())                                                        # doctest: +SKIP
+stopped 2 ranks (cpu backend): each exited with status 0; no process and nothing in /dev/shm left
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
+import logging
 import os
 import signal
 import socket
+import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from iris.heap.cpu import process_alive
+import psutil
+
+from iris.heap.cpu import process_alive, remove_stale_heap_files
 from iris.sizes import format_size, parse_size
 
-from . import engine, execution
+from . import engine, execution, shutdown
 from .report import CellReport, RankError, WorkbenchError
+from .shutdown import EngineStop, StopReport
 
 BACKENDS = ("auto", "cpu", "cuda")
 # The hub registers engines (and notices dead ones) on its heartbeat: ipyparallel's 3 s period makes a
 # 4-engine start-up wait two beats for nothing.
 HEARTBEAT_MS = 300
+# A rank asked to exit takes ~0.2 s; one still running after this is signalled.
+EXIT_SECONDS = 5.0
 # ipyparallel waits 5 s after SIGTERM before SIGKILL; a rank stuck in a kernel needs no more than this.
 STOP_SECONDS_UNTIL_KILL = 2
+# After the engines, their nannies (which notice at once that their engine is gone) and then the controller's
+# processes get this long to exit.
+NANNY_SECONDS = 2.0
+CLUSTER_LOG_RECORDS = 50
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
@@ -61,6 +78,13 @@ class Workbench:
     progress : bool
         Show a progress bar while starting.
 
+    Attributes
+    ----------
+    last_stop : StopReport or None
+        What the last :meth:`stop` (or the stop of :meth:`restart`) did.
+    cluster_log : collections.deque of str
+        ipyparallel's recent warnings about this cluster's processes, which are not printed.
+
     Examples
     --------
     >>> wb = Workbench(n=4, backend="cpu").start()      # doctest: +SKIP
@@ -82,7 +106,10 @@ class Workbench:
         self.engine_ids: list[int] = []
         self.rank_info: list[dict] = []
         self.broken: str | None = None
+        self.last_stop: StopReport | None = None
+        self.cluster_log: collections.deque[str] = collections.deque(maxlen=CLUSTER_LOG_RECORDS)
         self._cluster = None
+        self._launchers: dict[int, object] = {}
         self.client = None
 
     def __repr__(self) -> str:
@@ -114,11 +141,12 @@ class Workbench:
         try:
             bar.set_description("controller")
             self._cluster = ipp.Cluster(
-                n=self.n, engines=self.engines, config=config, shutdown_atexit=False, log_level=30,
+                n=self.n, engines=self.engines, config=config, shutdown_atexit=False, log=self._ipyparallel_log(),
                 controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}"],
             )
             self._cluster.start_controller_sync()
             self._cluster.start_engines_sync(self.n)
+            self._launchers = _engine_launchers(self._cluster)
             self.client = self._cluster.connect_client_sync()
             atexit.register(self._stop_at_exit)
             bar.update()
@@ -126,7 +154,9 @@ class Workbench:
             self._make_ranks(engines, bar)
         except BaseException:
             bar.close()
-            self.stop()
+            report = self.stop()
+            if not report.ok:  # e.g. why an engine never registered: the end of its log
+                print(report, file=sys.stderr)
             raise
         bar.set_description(f"{self.n} ranks ready")
         bar.close()
@@ -145,8 +175,8 @@ class Workbench:
                     bar.update()
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"only {len(prepared)} of {self.n} engines registered within {self.start_timeout:.0f} s; "
-                    f"engine logs are in {self._cluster.profile_dir}/log"
+                    f"only {len(prepared)} of {self.n} engines registered within {self.start_timeout:g} s "
+                    "(how the others ended, with the end of their logs, is printed above)"
                 )
             time.sleep(0.02)
         bar.set_description("importing iris")
@@ -177,26 +207,90 @@ class Workbench:
         controller = self._cluster.controller if self._cluster else None
         return controller.process.pid if isinstance(controller, LocalControllerLauncher) else None
 
-    def stop(self) -> None:
-        """Stop every engine and the controller by pid (SIGTERM, SIGKILL after a grace period); idempotent."""
+    def stop(self, *, stuck=()) -> StopReport:
+        """Stop every rank and the controller, and say how it went; idempotent.
+
+        Each rank's engine is asked to exit, which it does with status 0, and gets :data:`EXIT_SECONDS`.
+        Only engines still running then, and ranks in ``stuck``, are stopped by ipyparallel, by pid: SIGTERM,
+        then SIGKILL after :data:`STOP_SECONDS_UNTIL_KILL` s. Nothing is printed: the report says it.
+
+        Parameters
+        ----------
+        stuck : iterable of int
+            Ranks known to be stuck in code that ignores SIGINT (see :meth:`run`): they would not see the
+            request, so they are signalled at once.
+
+        Returns
+        -------
+        StopReport
+            ``str(report)`` is one line when every rank exited with status 0 and no process or heap file is
+            left; otherwise it names what went wrong, per rank, with the end of that rank's log.
+
+        Examples
+        --------
+        >>> print(wb.stop())                       # doctest: +SKIP
+        stopped 2 ranks (cpu backend): each exited with status 0; no process and nothing in /dev/shm left
+        """
         atexit.unregister(self._stop_at_exit)
         client, cluster = self.client, self._cluster
+        if client is None and cluster is None:
+            self.last_stop = StopReport(self.backend, [])
+            return self.last_stop
+        engines, pids, backend = self._engines_to_stop(set(stuck)), self.local_pids(), self._ranks_backend()
+        controller = getattr(cluster, "controller", None)
         self.client, self._cluster, self.engine_ids, self.rank_info = None, None, [], []
-        if client is not None:
-            client.close()
-        if cluster is not None:
-            cluster.stop_cluster_sync()
+        try:
+            _ask_to_exit(client, engines)
+        finally:  # whatever happened, no process is left running
+            _end_processes(client, cluster, engines)
+        self._launchers = {}
+        self.last_stop = _report(backend, engines, controller, pids)
+        return self.last_stop
 
-    def restart(self) -> Workbench:
-        """Stop and start again with the same settings; every rank's state is lost."""
-        self.stop()
+    def restart(self, *, stuck=()) -> Workbench:
+        """Stop (see :meth:`stop`; its report is kept in :attr:`last_stop`) and start again with the same
+        settings; every rank's state is lost."""
+        self.stop(stuck=stuck)
         return self.start()
 
     def _stop_at_exit(self) -> None:
         try:
-            self.stop()
+            report = self.stop()
         except Exception as exc:  # at exit there is no one left to raise to
             print(f"workbench: stopping the cluster at exit failed: {exc!r}")
+            return
+        if not report.ok:
+            print(f"workbench at exit: {report}")
+
+    def _ipyparallel_log(self) -> logging.Logger:
+        """ipyparallel's logger for this cluster: its messages go to :attr:`cluster_log`, not to the notebook.
+
+        In a notebook ipyparallel prints its warnings into whatever cell runs, among them the last 100 lines
+        of an engine's log whenever one exits with a non-zero status; :meth:`stop` and the cell reports say
+        instead, concisely, which rank ended how.
+        """
+        log = logging.Logger(f"workbench.cluster.{id(self):x}", logging.WARNING)  # not registered globally
+        log.addHandler(_KeepLines(self.cluster_log))
+        return log
+
+    def _engines_to_stop(self, stuck: set[int]) -> list[_Engine]:
+        """Every engine of this cluster: the ranks, then local engines that never became ranks (a failed start)."""
+        here, launchers = socket.gethostname(), dict(self._launchers)
+        engines = []
+        for rank, info in enumerate(self.rank_info):
+            local = info["host"] == here
+            before = "stuck" if rank in stuck else self.exit_status(rank)
+            engines.append(_Engine(self.engine_ids[rank], info["pid"], local,
+                                   launchers.pop(info["pid"], None) if local else None,
+                                   EngineStop(f"rank {rank}", before=before), _children(info["pid"], local)))
+        for pid, launcher in launchers.items():
+            engines.append(_Engine(None, pid, True, launcher, EngineStop(f"engine pid {pid}", asked=False,
+                                   before=_peek_exit(launcher.process)), _children(pid, True)))
+        return engines
+
+    def _ranks_backend(self) -> str:
+        backends = {info["backend"] for info in self.rank_info}
+        return backends.pop() if len(backends) == 1 else self.backend
 
     # -- running code -------------------------------------------------------------------------------
     def run(self, code: str, ranks=None, timeout: float | None = None, *, line_offset: int = 0) -> CellReport:
@@ -315,28 +409,14 @@ class Workbench:
         info = self.rank_info[rank] if rank < len(self.rank_info) else None
         if info is None or info["host"] != socket.gethostname():
             return None
-        process = self._local_processes().get(info["pid"])
-        if process is None:
+        launcher = self._launchers.get(info["pid"])
+        if launcher is None:
             return None if process_alive(info["pid"]) else "exited"
-        try:
-            # WNOWAIT reads the status without reaping: ipyparallel's launcher thread reaps the engine,
-            # and two threads reaping one child race (the loser learns nothing).
-            status = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:  # already reaped by the launcher's psutil.Process, which keeps the code
-            return describe_exit(process.wait(0))
-        if status is None:
-            return None
-        killed = status.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
-        return describe_exit(-status.si_status if killed else status.si_status)
+        return _peek_exit(launcher.process)
 
     def _local_processes(self) -> dict:
         """pid -> psutil.Process of engines this notebook started itself (their exit codes are readable)."""
-        processes = {}
-        for engine_set in (self._cluster.engines.values() if self._cluster else ()):
-            for launcher in getattr(engine_set, "launchers", {}).values():
-                if launcher.process is not None:
-                    processes[launcher.process.pid] = launcher.process
-        return processes
+        return {pid: launcher.process for pid, launcher in self._launchers.items()}
 
     def engine_pids(self) -> list[int]:
         """pids of the ranks' engine processes, in rank order."""
@@ -344,16 +424,8 @@ class Workbench:
 
     def local_pids(self) -> list[int]:
         """Every process of this cluster on this host: controller, engines and their helpers (nannies...)."""
-        import psutil
-
-        roots = [pid for pid in (self._controller_pid(), *self.engine_pids()) if pid is not None]
-        pids = set(roots)
-        for pid in roots:
-            try:
-                pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
-            except psutil.NoSuchProcess:
-                pass
-        return sorted(pids)
+        roots = {pid for pid in (self._controller_pid(), *self.engine_pids(), *self._launchers) if pid is not None}
+        return sorted(roots.union(*(_children(pid, True) for pid in roots)))
 
 
 def cell_filename(source: str) -> str:
@@ -362,6 +434,143 @@ def cell_filename(source: str) -> str:
     import hashlib
 
     return f"<iris-cell-{hashlib.sha1(source.encode()).hexdigest()[:12]}>"
+
+
+def _peek_exit(process) -> str | None:
+    """How the engine process this notebook started ended (``describe_exit``), or None while it runs."""
+    try:
+        # WNOWAIT reads the status without reaping: ipyparallel's launcher thread reaps the engine,
+        # and two threads reaping one child race (the loser learns nothing).
+        status = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # already reaped by the launcher's psutil.Process, which keeps the code
+        return describe_exit(process.wait(0))
+    if status is None:
+        return None
+    killed = status.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+    return describe_exit(-status.si_status if killed else status.si_status)
+
+
+def _children(pid: int, local: bool) -> list[int]:
+    """pids of the processes that ``pid`` started (recursively), if it runs on this host."""
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)] if local else []
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _engine_launchers(cluster) -> dict[int, object]:
+    """pid -> ipyparallel launcher of each engine process the cluster started on this host.
+
+    Kept apart from ipyparallel's engine sets, which forget an engine's launcher once it exits (in a notebook,
+    where their event loop runs): the launcher holds its exit status and its log.
+    """
+    return {launcher.process.pid: launcher for engine_set in cluster.engines.values()
+            for launcher in getattr(engine_set, "launchers", {}).values() if launcher.process is not None}
+
+
+@dataclass
+class _Engine:
+    """One engine as :meth:`Workbench.stop` handles it: how to reach it, and what became of it."""
+
+    engine_id: int | None
+    pid: int | None
+    local: bool
+    launcher: object | None
+    outcome: EngineStop
+    helpers: list[int] = field(default_factory=list)
+
+    def gone(self, client) -> bool:
+        """Exited (an engine on this host), or left the cluster (elsewhere, where its process is out of sight).
+
+        On this host its helpers must be gone too: an engine's nanny tells the controller that the engine
+        exited, and waits 3 s before giving up if the controller is stopped first.
+        """
+        if self.local and self.pid is not None:
+            return all(shutdown.process_gone(pid) for pid in (self.pid, *self.helpers))
+        return client is None or self.engine_id not in client.ids
+
+    def final_exit(self) -> str | None:
+        """How it ended, once ipyparallel's stop has joined the launcher's thread that reaps it."""
+        if self.launcher is None:
+            return None if self.local else "left the cluster"
+        return _exit_of(self.launcher.process)
+
+
+def _ask_to_exit(client, engines: list[_Engine]) -> None:
+    """Ask every live, registered engine to exit and wait up to :data:`EXIT_SECONDS` for them; mark each
+    engine with whether it was gone in time (without a client, none can be asked)."""
+    registered = set(client.ids) if client is not None else set()
+    # Engines that registered but never became ranks (a start that failed) are asked too; which local
+    # processes they are is not known, so every such process is waited for.
+    unranked = sorted(registered - {e.engine_id for e in engines})
+    for e in engines:
+        e.outcome.asked = e.outcome.before is None and (
+            bool(unranked) if e.engine_id is None else e.engine_id in registered)
+    for engine_id in [e.engine_id for e in engines if e.outcome.asked and e.engine_id is not None] + unranked:
+        try:
+            # The reply is not awaited: the engine may be gone before it is sent.
+            client[engine_id].apply_async(engine.exit_cleanly)
+        except IndexError:  # "No such engine": it left the cluster since; its exit status tells how
+            pass
+    asked = [e for e in engines if e.outcome.asked]
+    deadline = time.monotonic() + EXIT_SECONDS
+    while not all(e.gone(client) for e in asked) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for e in engines:
+        e.outcome.in_time = e.outcome.before is not None or e.gone(client)
+
+
+def _end_processes(client, cluster, engines: list[_Engine]) -> None:
+    """Close the client, stop the engines still running (by pid: SIGTERM, then SIGKILL after
+    :data:`STOP_SECONDS_UNTIL_KILL` s), then the controller."""
+    if client is not None:
+        client.close()
+    if cluster is None:
+        return
+    cluster.stop_engines_sync()
+    # The engines' nannies tell the controller that their engine is gone; they wait 3 s for it if the
+    # controller is stopped first.
+    shutdown.wait_until_gone([pid for e in engines for pid in e.helpers], NANNY_SECONDS)
+    cluster.stop_controller_sync()
+
+
+def _report(backend: str, engines: list[_Engine], controller, pids: list[int]) -> StopReport:
+    """After the stop: how each engine ended (with the end of its log when that was not cleanly), the
+    controller's exit, and whatever is left (processes, heap files)."""
+    for e in engines:
+        e.outcome.final = e.final_exit()
+        if e.outcome.problem and e.launcher is not None:
+            e.outcome.log = shutdown.log_excerpt(e.launcher.get_output())
+    process = getattr(controller, "process", None)  # a local controller's; others are out of sight
+    controller_exit = _exit_of(process) if isinstance(process, psutil.Process) else None
+    processes_left = shutdown.wait_until_gone(pids, NANNY_SECONDS)
+    removed = remove_stale_heap_files()  # files of ranks killed before they unlinked them (during a start)
+    return StopReport(
+        backend, [e.outcome for e in engines],
+        controller=None if controller_exit in (None, "exit code 0") else controller_exit,
+        processes_left=processes_left, heap_files_removed=removed,
+        heap_files_left=shutdown.heap_files_of(e.pid for e in engines if e.local and e.pid is not None),
+    )
+
+
+def _exit_of(process) -> str:
+    """How a process this notebook started ended, read from its psutil.Process (which keeps the status of a
+    process it reaped), or "still running"."""
+    try:
+        return describe_exit(process.wait(0))
+    except psutil.TimeoutExpired:
+        return "still running"
+
+
+class _KeepLines(logging.Handler):
+    """Keeps formatted log records in a bounded deque."""
+
+    def __init__(self, lines: collections.deque):
+        super().__init__()
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname}: {self.format(record)}")
 
 
 def describe_exit(code) -> str:

@@ -17,6 +17,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import linecache
 import os
@@ -69,7 +70,8 @@ def setup(rank: int, world_size: int, master_addr: str, master_port: int, backen
 
     ``notebook`` holds the notebook kernel's ``host`` and ``pid`` and, for a local controller, its
     ``controller_pid``: a watchdog ends this engine (and rank 0 the controller) if the notebook dies
-    without stopping the cluster, so a crashed notebook leaves no processes behind.
+    without stopping the cluster, so a crashed notebook leaves no processes behind. From here on SIGTERM
+    ends the engine with status 0 (see :func:`exit_cleanly`).
     """
     prepare(backend)
     os.environ.update({
@@ -93,6 +95,7 @@ def setup(rank: int, world_size: int, master_addr: str, master_port: int, backen
     })
     if notebook["host"] == socket.gethostname():
         _start_watchdog(notebook["pid"], notebook.get("controller_pid") if rank == 0 else None)
+    _exit_on_sigterm()
     return {"rank": rank, "backend": ctx.backend, "device": str(ctx.device)}
 
 
@@ -100,6 +103,45 @@ def _namespace() -> dict:
     from IPython import get_ipython
 
     return get_ipython().user_ns
+
+
+def exit_cleanly() -> None:
+    """End this engine with exit status 0 as soon as this request has returned: how the workbench stops a rank.
+
+    ipyparallel's own ways to stop an engine, SIGTERM and a shutdown request, stop the event loop that its
+    engine app runs with ``run_sync``, which then raises "RuntimeError: Event loop stopped before Future
+    completed": the engine logs that traceback and exits with status 1 after every stop. A SystemExit
+    raised by a callback of that loop unwinds the app instead, so the process ends the normal way: atexit
+    handlers run (iris destroys its process group there) and the exit status is 0.
+    """
+    _main_loop().call_soon(_exit_now)
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM end this engine as :func:`exit_cleanly` does, in place of ipyparallel's handler.
+
+    SIGTERM is how a stop escalates (and how ``ipcluster stop`` stops engines). The exit waits for the loop,
+    so a cell that is running finishes first, as it would with ipyparallel's handler.
+    """
+    loop = _main_loop()
+    signal.signal(signal.SIGTERM, lambda signum, frame: loop.call_soon_threadsafe(_exit_now))
+
+
+def _main_loop():
+    import asyncio
+
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("the engine's event loop runs requests on its main thread, but this runs elsewhere")
+    return asyncio.get_running_loop()
+
+
+def _exit_now() -> None:
+    # Whatever is printed while the interpreter shuts down goes to the engine's log file (shown by the
+    # notebook if the stop goes wrong), not to a notebook cell that is no longer listening.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    raise SystemExit(0)
 
 
 def _start_watchdog(notebook_pid: int, controller_pid: int | None) -> None:
@@ -137,7 +179,8 @@ def run_cell(source: str, filename: str) -> dict:
     status, error = "ok", None
     start = time.perf_counter()
     try:
-        exec(compile(source, filename, "exec"), namespace)
+        with _compiler_messages(namespace):
+            exec(compile(source, filename, "exec"), namespace)
     except KeyboardInterrupt as exc:
         status, error = "interrupted", format_error(exc, filename)
     except BaseException as exc:  # noqa: B036  (SystemExit too: a cell must not end the engine)
@@ -147,6 +190,18 @@ def run_cell(source: str, filename: str) -> dict:
         sys.stdout.flush()
         sys.stderr.flush()
     return {"rank": namespace.get("rank"), "status": status, "seconds": seconds, "error": error}
+
+
+def _compiler_messages(namespace: dict):
+    """On a GPU rank, :func:`iris.gluon.layout_hints` around the cell: what the GPU compiler writes to file
+    descriptor 2 (MLIR's reason for a failed pass) reaches the cell's stderr instead of the engine's log, and
+    a layout-less Gluon range that nothing anchors fails with advice instead of "PassManager::run failed".
+    The CPU interpreter compiles nothing."""
+    if getattr(namespace.get("ctx"), "backend", None) != "cuda":
+        return contextlib.nullcontext()
+    from iris.gluon import layout_hints
+
+    return layout_hints()
 
 
 def format_error(exc: BaseException, cell_filename: str) -> dict:

@@ -70,7 +70,7 @@ def _interrupt(wb, pending, results, output, notes) -> None:
                  "(code that does not return to Python, like a collective waiting for an absent rank or a "
                  "GPU kernel, ignores it), so the cluster was restarted: every rank's variables, heap "
                  "tensors and kernels were lost.")
-    wb.restart()
+    wb.restart(stuck=stubborn)
 
 
 def _collect(wb, pending: dict, results: dict, output, until: float) -> None:

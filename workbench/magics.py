@@ -119,10 +119,11 @@ class IrisMagics(Magics):
             return
         wb = workbench.current()
         if args.command == "stop":
-            wb.stop()
-            print(f"stopped {wb.n} ranks")
+            print(wb.stop())
         elif args.command == "restart":
             wb.restart()
+            if wb.last_stop.engines:  # not after %iris stop, which said how that went
+                print(wb.last_stop)
             print(wb.status())
         elif args.command == "status":
             print(wb.status())
