@@ -83,3 +83,30 @@ def test_remote_put_through_run_then_pull(shell):
     wb.run(PUT_TO_NEXT.replace("float(rank + 1)", "float(10 * (rank + 1))")).raise_on_failure()
     print(f"warm cell with a kernel launch: {1e3 * (time.perf_counter() - started):.1f} ms")
     assert [float(t[0]) for t in wb.pull("received")] == [10 * v for v in expected(WORLD)]
+
+
+LAYOUTLESS_WITHOUT_CTX = """
+@gluon.jit
+def double(src, out, BLOCK: gl.constexpr):
+    offs = gl.arange(0, BLOCK)              # no layout, and no IrisDeviceCtx call to anchor it
+    gl.store(out + offs, gl.load(src + offs) * 2)
+
+x = ctx.ones(64)
+y = ctx.zeros(64)
+double[(1,)](x, y, 64)
+"""
+
+
+def test_gluon_layout_failure_in_a_cell_gives_advice(shell):
+    report = workbench.current().run(LAYOUTLESS_WITHOUT_CTX, timeout=120)
+    assert report.ranks_with("error") == list(range(WORLD)), report.render()
+    for result in report.results.values():
+        message = result.error["message"]  # where, in the cell (line 4: the range), then what to write
+        assert "<iris-cell-" in message and ":4:" in message and "gl.CoalescedLayout()" in message, message
+        assert "Failed to infer return type" in result.stderr, result.stderr  # MLIR's own words, in the cell
+
+
+def test_stop_is_one_line_and_every_engine_exits_0(shell):  # last: it stops the ranks of this module
+    report = workbench.current().stop()
+    assert report.ok and str(report).count("\n") == 0, str(report)
+    assert "each exited with status 0" in str(report), str(report)
