@@ -38,6 +38,7 @@ import tempfile
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.language.core import TRITON_BUILTIN
 from triton.language.core import _aggregate as aggregate
 
 from .device import HEAP_SIZE_SLOT, translate
@@ -53,29 +54,34 @@ LAYOUT_ADVICE = (
 )
 
 
-@gluon.constexpr_function
 def has_auto_layout(value) -> bool:
-    """Whether ``value`` is a block whose layout is still Gluon's ``AutoLayout`` (decided by the compiler)."""
+    """Whether ``value`` is a block whose layout is still Gluon's ``AutoLayout`` (left to the compiler)."""
     return isinstance(getattr(getattr(value, "type", None), "layout", None), gl.AutoLayout)
 
 
-@gluon.jit
-def anchor_auto_layout(value):
-    """``value`` with ``gl.CoalescedLayout()`` if its layout is automatic, else ``value`` unchanged.
+def anchor_auto_layout(value, _semantic=None):
+    """``value`` with ``gl.CoalescedLayout()`` if its layout is automatic, else ``value`` unchanged (None too).
 
     Why: triton 3.6 cannot resolve a kernel whose layouts are all automatic (the user's layout-less
     ``gl.arange(0, BLOCK)``): ``GluonResolveAutoEncodings`` fails with "'tt.make_range' op Failed to infer
     return type". One anchored tensor is enough: the pass propagates its layout to the range, the masks
     and the values loaded through it. Explicit layouts are the user's choice and are never touched.
 
+    A builtin (the code generator calls it with its semantic while compiling), so that it can decide from
+    the operand's type and pass None through. The CPU interpreter runs kernels as Python, calls it with no
+    semantic, and has no layouts to anchor.
+
     Examples
     --------
     >>> offs = gl.arange(0, BLOCK)                        # AutoLayout          # doctest: +SKIP
     >>> ptrs = anchor_auto_layout(buf + offs)             # CoalescedLayout     # doctest: +SKIP
     """
-    if has_auto_layout(value):  # decided while compiling: one return type either way
-        value = gl.set_auto_layout(value, gl.CoalescedLayout())
-    return value
+    if _semantic is None or not has_auto_layout(value):
+        return value
+    return _semantic.set_auto_layout(value, gl.CoalescedLayout())
+
+
+setattr(anchor_auto_layout, TRITON_BUILTIN, True)
 
 
 @aggregate

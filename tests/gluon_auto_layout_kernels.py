@@ -32,6 +32,10 @@ def every_method(IrisDeviceCtx: gl.constexpr, context_tensor, src, dst, counters
     ctx.atomic_max(counters + offs, ones, peer, mask=mask, sem="acquire")
     ctx.atomic_cas(counters + offs, ones, ones + 1, peer, sem="acq_rel", scope="gpu")
     gl.store(out + offs, gl.load(ctx.as_remote(src + offs, peer), mask=mask), mask=mask)
+    # scalars: a lock taken and released on one counter, no mask
+    while ctx.atomic_cas(counters, 0, 1, peer, sem="acquire", scope="sys") != 0:
+        pass
+    ctx.atomic_xchg(counters, 0, peer, sem="release", scope="sys")
 
 
 @gluon.jit
