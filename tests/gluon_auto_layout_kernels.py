@@ -3,12 +3,15 @@ and DESIGN.md's as_remote example write them, for tests/test_gluon_sm90.py (comp
 machine) and tests/gpu/rank_cases_device_cuda.py (run on GPUs).
 
 ``every_method`` sends an auto-layout block through every ``IrisDeviceCtx`` method: each must anchor it
-(:func:`iris.gluon.anchor_auto_layout`). ``blocked_copy`` uses an explicit layout that must come through
+(:func:`iris.gluon.anchor_auto_layout`); ``counters`` holds ``BLOCK + 1`` int32, the last one a lock.
+``blocked_copy`` uses an explicit layout that must come through
 untouched. ``no_iris_call`` has nothing to anchor: it still fails on a GPU, and ``layout_hints`` explains.
 """
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+
+import iris  # noqa: F401  (before any kernel is defined: without a GPU it turns on the interpreter)
 
 
 @gluon.jit
@@ -32,10 +35,10 @@ def every_method(IrisDeviceCtx: gl.constexpr, context_tensor, src, dst, counters
     ctx.atomic_max(counters + offs, ones, peer, mask=mask, sem="acquire")
     ctx.atomic_cas(counters + offs, ones, ones + 1, peer, sem="acq_rel", scope="gpu")
     gl.store(out + offs, gl.load(ctx.as_remote(src + offs, peer), mask=mask), mask=mask)
-    # scalars: a lock taken and released on one counter, no mask
-    while ctx.atomic_cas(counters, 0, 1, peer, sem="acquire", scope="sys") != 0:
+    # scalars, no mask: a lock (the element after the counters, 0 when free) taken and released
+    while ctx.atomic_cas(counters + BLOCK, 0, 1, peer, sem="acquire", scope="sys") != 0:
         pass
-    ctx.atomic_xchg(counters, 0, peer, sem="release", scope="sys")
+    ctx.atomic_xchg(counters + BLOCK, 0, peer, sem="release", scope="sys")
 
 
 @gluon.jit

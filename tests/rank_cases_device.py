@@ -22,6 +22,7 @@ from triton.experimental.gluon import language as gl
 
 import iris
 from iris.gluon import IrisDeviceCtx
+from tests.gluon_auto_layout_kernels import every_method
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
 SEMS = ("acquire", "release", "acq_rel", "relaxed", None)
@@ -509,13 +510,33 @@ def _read_from_peer(ctx):
     ctx.barrier()
 
 
+def _every_method_layoutless(ctx):
+    """Every IrisDeviceCtx method on layout-less blocks (tests/gluon_auto_layout_kernels.py): anchored on a
+    GPU, plain on the CPU. This rank's counters are touched by its left neighbour only:
+    0 +1 -1 xchg1 ^1 &1 |1 min1 max1 cas(1->2) = 2, and the lock after them is free again."""
+    r, n = ctx.cur_rank, ctx.num_ranks
+    peer, block = (r + 1) % n, 128
+    src = ctx.full((block,), float(r), dtype=torch.float32)
+    dst, out = ctx.zeros(block, dtype=torch.float32), ctx.zeros(block, dtype=torch.float32)
+    counters = ctx.zeros(block + 1, dtype=torch.int32)
+    ctx.barrier()
+    every_method[(1,)](IrisDeviceCtx, ctx.get_device_context(), src, dst, counters, out, peer, block)
+    ctx.barrier()
+    _expect("every_method: loads through as_remote", out, torch.full((block,), float(peer)))
+    expected = torch.full((block + 1,), 2, dtype=torch.int32)
+    expected[block] = 0
+    _expect("every_method: atomics in order, lock released", counters, expected)
+
+
 def synchronisation_and_as_remote(times=8, rounds=4):
-    """Spin lock across ranks, ring message passing, host/device as_remote agreement, DESIGN's example."""
+    """Spin lock across ranks, ring message passing, host/device as_remote agreement, DESIGN's example, every
+    IrisDeviceCtx method on layout-less blocks."""
     ctx = _ctx()
     _locks(ctx, times)
     _ring(ctx, rounds)
     _as_remote(ctx)
     _read_from_peer(ctx)  # layout-less: IrisDeviceCtx anchors it on a GPU (see iris.gluon)
+    _every_method_layoutless(ctx)
     return {"rank": ctx.cur_rank}
 
 

@@ -6,7 +6,7 @@ from triton.experimental.gluon import language as gl
 
 import iris
 from iris.gluon import IrisDeviceCtx, layout_hints
-from tests.gluon_auto_layout_kernels import every_method, no_iris_call
+from tests.gluon_auto_layout_kernels import no_iris_call
 from tests.rank_cases_device import _debug_setup, _expect, put_block, read_from_peer
 
 
@@ -46,15 +46,6 @@ def gluon_layouts_on_gpu():
     out.zero_()
     read_from_peer_blocked[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out, peer, 256, num_warps=4)
     _expect("read_from_peer with BlockedLayout", out, torch.full((256,), float(peer)))
-    # Every method on layout-less blocks; this rank's counters are touched by its left neighbour only:
-    # 0 +1 -1 xchg1 ^1 &1 |1 min1 max1 cas(1->2) = 2.
-    dst, counters = ctx.zeros(128, dtype=torch.float32), ctx.zeros(128, dtype=torch.int32)
-    out.zero_()
-    ctx.barrier()
-    every_method[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, dst, counters, out, peer, 128)
-    ctx.barrier()
-    _expect("every_method: loads through as_remote", out[:128], torch.full((128,), float(peer)))
-    _expect("every_method: atomics in order", counters, torch.full((128,), 2, dtype=torch.int32))
     try:
         with layout_hints():
             no_iris_call[(1,)](buf, out, 64)
