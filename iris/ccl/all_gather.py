@@ -122,7 +122,7 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     """
     tensors = (output_tensor, input_tensor)
     call = call_key("all_gather", tensors, config, async_op, group=group)
-    if replay(workspace, call, tensors):  # the same call as before: checked, planned and compiled
+    if replay(ctx, workspace, call, tensors):  # the same call as before: checked, planned and compiled
         return workspace
     config = config or Config()
     check_group(ctx, group)

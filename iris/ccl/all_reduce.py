@@ -241,7 +241,7 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
     """
     tensors = (output_tensor, input_tensor)
     call = call_key("all_reduce", tensors, config, async_op, op, group)
-    if replay(workspace, call, tensors):  # the same call as before: checked, planned and compiled
+    if replay(ctx, workspace, call, tensors):  # the same call as before: checked, planned and compiled
         return workspace
     config = config or Config()
     check_op(ctx, op)

@@ -82,7 +82,7 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     """
     tensors = (output_tensor, input_tensor)
     call = call_key("all_to_all", tensors, config, async_op, group=group)
-    if replay(workspace, call, tensors):  # the same call as before: checked, planned and compiled
+    if replay(ctx, workspace, call, tensors):  # the same call as before: checked, planned and compiled
         return workspace
     config = config or Config()
     check_group(ctx, group)

@@ -58,7 +58,7 @@ def device_barrier(ctx, group=None, workspace: Workspace | None = None) -> Works
     >>> ws = iris.ccl.device_barrier(ctx, workspace=ws)
     """
     call = call_key("barrier", (), None, False, group=group)
-    if replay(workspace, call, ()):
+    if replay(ctx, workspace, call, ()):
         return workspace
     check_group(ctx, group)
     if workspace is None:

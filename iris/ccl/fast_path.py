@@ -18,7 +18,7 @@ a replay launches through Triton with the call's own tensors, skipping only iris
 Examples
 --------
 >>> key = call_key("all_reduce", (out, inp), config, async_op)       # doctest: +SKIP
->>> if replay(workspace, key, (out, inp)):                          # the same call as before: launched
+>>> if replay(ctx, workspace, key, (out, inp)):                     # the same call as before: launched
 ...     return workspace
 >>> launch(workspace, key, (out, inp), one_shot_kernel, grid, context, inp, out, ..., BLOCK=4096)
 """
@@ -51,15 +51,16 @@ def call_key(collective: str, tensors: tuple, config, async_op: bool, op=None, g
     return collective, layout, None if config is None else tuple(vars(config).values()), async_op
 
 
-def replay(workspace, key: tuple | None, tensors: tuple) -> bool:
-    """Relaunch the call recorded under ``key`` in ``workspace``; False when there is none (take the full path).
+def replay(ctx, workspace, key: tuple | None, tensors: tuple) -> bool:
+    """Relaunch the call recorded under ``key`` in ``workspace`` (if it is ``ctx``'s); False when there is
+    none (take the full path).
 
     Examples
     --------
-    >>> replay(None, key, (out, inp))                     # doctest: +SKIP
+    >>> replay(ctx, None, key, (out, inp))                # doctest: +SKIP
     False
     """
-    if workspace is None or key is None:
+    if workspace is None or key is None or workspace.ctx is not ctx:
         return False
     bound = workspace.launches.get(key)
     if bound is None:

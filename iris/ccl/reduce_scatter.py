@@ -126,7 +126,7 @@ def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_
     """
     tensors = (output_tensor, input_tensor)
     call = call_key("reduce_scatter", tensors, config, async_op, op, group)
-    if replay(workspace, call, tensors):  # the same call as before: checked, planned and compiled
+    if replay(ctx, workspace, call, tensors):  # the same call as before: checked, planned and compiled
         return workspace
     config = config or Config()
     check_op(ctx, op)
