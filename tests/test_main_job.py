@@ -35,6 +35,10 @@ def test_main_job_runs_the_quickstart_headless(tmp_path):
     assert re.fullmatch(r"stopped 2 ranks \((cpu|cuda) backend\): each exited with status 0; no process.* left\n",
                         printed), printed
     assert not [word for word in ("CRITICAL", "Traceback", "signal 15") if word in outputs]
+    # The start's progress bar gave way to its outcome: no bar frozen at 0% in the saved notebook.
+    start = next(c for c in executed["cells"] if c["cell_type"] == "code" and "%iris start" in "".join(c["source"]))
+    shown = [o["data"]["text/plain"] for o in start["outputs"] if o["output_type"] == "display_data"]
+    assert len(shown) == 1 and re.fullmatch(r"2 ranks ready in \d+\.\d s", "".join(shown[0])), shown
     see_it = next(c for c in executed["cells"] if "".join(c["source"]) == "%iris show inbox")
     [output] = see_it["outputs"]  # the widget, and the static form that GitHub and nbviewer show
     assert {"application/vnd.jupyter.widget-view+json", "text/html"} <= set(output["data"])

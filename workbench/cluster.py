@@ -40,6 +40,7 @@ from iris.heap.cpu import process_alive, remove_stale_heap_files
 from iris.sizes import format_size, parse_size
 
 from . import engine, execution, shutdown
+from .progress import StartProgress
 from .report import CellReport, RankError, WorkbenchError
 from .shutdown import EngineStop, StopReport
 
@@ -137,7 +138,7 @@ class Workbench:
         config.EngineLauncher.environment = _engine_environment()
         config.LocalProcessLauncher.stop_seconds_until_kill = STOP_SECONDS_UNTIL_KILL
         config.LocalEngineSetLauncher.delay = 0.0  # start engines at once: ranks are assigned explicitly
-        bar = _progress(self.progress, total=2 * self.n + 1)
+        bar = StartProgress(total=2 * self.n + 1, show=self.progress)
         try:
             bar.set_description("controller")
             self._cluster = ipp.Cluster(
@@ -158,8 +159,7 @@ class Workbench:
             if not report.ok:  # e.g. why an engine never registered: the end of its log
                 print(report, file=sys.stderr)
             raise
-        bar.set_description(f"{self.n} ranks ready")
-        bar.close()
+        bar.finish(f"{self.n} ranks ready")
         self.broken = None
         return self
 
@@ -589,25 +589,6 @@ def _engine_environment() -> dict:
     """Engines import ``workbench.engine`` (functions go by reference): put this package on their path."""
     path = os.environ.get("PYTHONPATH", "")
     return {"PYTHONPATH": _PACKAGE_ROOT + (os.pathsep + path if path else "")}
-
-
-class _NoProgress:
-    def update(self, n=1):
-        pass
-
-    def set_description(self, text):
-        pass
-
-    def close(self):
-        pass
-
-
-def _progress(show: bool, total: int):
-    if not show:
-        return _NoProgress()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="starting", unit="step", leave=False)
 
 
 __all__ = ["CellReport", "RankError", "Workbench", "WorkbenchError", "cell_filename", "describe_exit"]
