@@ -27,7 +27,7 @@ def _activate_interpreter_if_cpu() -> None:
 
 _activate_interpreter_if_cpu()
 
-from . import ccl  # noqa: E402
+from . import ccl, tensor_creation  # noqa: E402
 from .context import Iris, iris  # noqa: E402
 from .device import (  # noqa: E402
     DeviceContext,
@@ -48,10 +48,11 @@ from .device import (  # noqa: E402
     store,
 )
 from .heap import AllocationDivergence  # noqa: E402
-from .log import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # noqa: E402
+from .logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # noqa: E402
 
 __all__ = [
     "DEBUG", "ERROR", "INFO", "WARNING", "AllocationDivergence", "Iris", "ccl", "iris", "logger", "set_logger_level",
+    "tensor_creation",
     # device API (iris.device); the Gluon context is iris.gluon.IrisDeviceCtx
     "DeviceContext", "IrisDebugError", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min",
     "atomic_or", "atomic_sub", "atomic_xchg", "atomic_xor", "copy", "get", "load", "put", "store",

@@ -1,12 +1,15 @@
-"""Which backend a process uses: ``cuda`` (GPU heaps over CUDA IPC) or ``cpu`` (Triton interpreter over /dev/shm).
+"""Which backend a process uses: ``cuda`` (GPU heaps over CUDA IPC) or ``cpu`` (Triton interpreter over /dev/shm),
+and which allocator hands out its heap (upstream Iris's ``allocator_type``).
 
-Order of precedence: the ``backend=`` argument, then the ``IRIS_BACKEND`` environment variable, then
-``cuda`` when a GPU is visible, else ``cpu``.
+Order of precedence for both: the argument, then the environment (``IRIS_BACKEND``, ``IRIS_ALLOCATOR``),
+then the default (``cuda`` when a GPU is visible, else ``cpu``; the ``torch`` allocator).
 
 Examples
 --------
 >>> choose_backend("cpu")
 'cpu'
+>>> choose_allocator("torch")
+'torch'
 """
 
 from __future__ import annotations
@@ -36,4 +39,37 @@ def choose_backend(backend: str | None = None) -> str:
             "iris backend 'cuda' was asked for but torch sees no CUDA device "
             f"(torch {__import__('torch').__version__}); use backend='cpu' to run on the Triton interpreter"
         )
+    return requested
+
+
+ALLOCATORS = ("torch",)
+
+
+def choose_allocator(allocator_type: str | None = None) -> str:
+    """Resolve upstream Iris's ``allocator_type`` (None reads ``IRIS_ALLOCATOR``, default ``"torch"``).
+
+    ``"torch"`` is upstream's default: one fixed region per rank handed out as torch tensors. Here that is
+    the heap's collective allocator (``cudaMalloc`` memory on ``cuda``, a /dev/shm file on ``cpu``), which
+    also gives memory back when no rank uses a tensor any more. ``"vmem"`` is upstream's virtual-memory
+    allocator for AMD GPUs (HIP VMM: a heap that grows on demand, and ``as_symmetric`` sharing an outside
+    tensor's memory instead of copying it); neither backend here has an equivalent, so it is refused.
+    Unlike upstream, an explicit argument wins over ``IRIS_ALLOCATOR``, as ``backend=`` wins over
+    ``IRIS_BACKEND``.
+
+    Examples
+    --------
+    >>> choose_allocator(None)      # IRIS_ALLOCATOR unset
+    'torch'
+    """
+    requested = allocator_type if allocator_type is not None else os.environ.get("IRIS_ALLOCATOR", "torch")
+    requested = str(requested).strip().lower() or "torch"
+    if requested == "vmem":
+        raise NotImplementedError(
+            "allocator_type='vmem' is upstream Iris's virtual-memory allocator for AMD GPUs (HIP VMM: a heap "
+            "that grows on demand, as_symmetric sharing an outside tensor's memory); iris-workbench has no "
+            "equivalent on its cuda or cpu backend. Use allocator_type='torch' (the default; unset "
+            "IRIS_ALLOCATOR): its heap gives memory back when tensors die, and as_symmetric copies."
+        )
+    if requested not in ALLOCATORS:
+        raise ValueError(f"unknown allocator_type {requested!r}: use 'torch' (upstream's 'vmem' is not available)")
     return requested

@@ -18,15 +18,14 @@ Run with ``torchrun --nproc_per_node=2 script.py``:
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Sequence
+from types import MappingProxyType
 
-import numpy as np
 import torch
 
-from . import log as _log
-from .backend import choose_backend
+from . import logging as _log
+from . import tensor_creation
+from .backend import choose_allocator, choose_backend
 from .ccl import CCL
 from .device import HEAP_SIZE_SLOT, enable_debug_checks
 from .distributed import HostGroup
@@ -36,16 +35,6 @@ from .sizes import parse_size
 TRACING_SLOTS = 17  # upstream Iris's device-context tail (no tracing: zero but for the heap size)
 
 
-def _shape(size) -> tuple[int, ...]:
-    """``zeros(2, 3)``, ``zeros((2, 3))``, ``zeros([2, 3])`` and ``zeros(torch.Size([2, 3]))`` all mean (2, 3)."""
-    if len(size) == 1 and isinstance(size[0], Sequence | torch.Size):
-        size = tuple(size[0])
-    for s in size:
-        if isinstance(s, bool) or not isinstance(s, int | np.integer):
-            raise TypeError(f"tensor sizes must be ints, got {s!r} in {size!r}")
-    return tuple(int(s) for s in size)
-
-
 class Iris:
     """A rank's view of the symmetric heaps. Create it with :func:`iris.iris`, collectively on every rank.
 
@@ -53,12 +42,20 @@ class Iris:
     ----------
     cur_rank, num_ranks : int
         This rank and the world size.
+    device : str
+        Upstream's string for the heap's device: ``"cuda:0"``, or ``"cpu"`` on the CPU backend
+        (:meth:`get_device` gives the ``torch.device``).
     heap : iris.heap.SymmetricHeap
-        The allocator and every rank's mapped heap.
+        The allocator and every rank's mapped heap (``heap.allocate(num_elements, dtype)``,
+        ``heap.heap_bases``, as upstream's).
+    allocator_type : str
+        ``"torch"``: see :func:`iris.backend.choose_allocator`.
     """
 
-    def __init__(self, heap_size: int | str = 1 << 30, backend: str | None = None, debug: bool | None = None):
+    def __init__(self, heap_size: int | str = 1 << 30, allocator_type: str | None = None, *,
+                 backend: str | None = None, debug: bool | None = None):
         self.backend = choose_backend(backend)
+        self.allocator_type = choose_allocator(allocator_type)
         if self.backend == "cpu":
             from . import interpret
 
@@ -69,17 +66,14 @@ class Iris:
         self.debug_mode = bool(debug) if debug is not None else os.environ.get("IRIS_DEBUG", "0") not in ("", "0")
         self.heap = SymmetricHeap(parse_size(heap_size), self.group, self.backend)
         self.heap_size = self.heap.size
-        self.device = self.heap.device
-        self.gpu_id = self.device.index if self.device.type == "cuda" else None
-        # Debug checks in kernels need the heap size; it rides where upstream-visible layouts leave room
-        # (see iris.device): just before heap_bases[0], and in the last tracing slot of the device context.
-        sized_bases = torch.tensor([self.heap_size, *self.heap.bases], dtype=torch.int64, device=self.device)
-        self.heap_bases = sized_bases[1:]
+        self.device = str(self.heap.device)
+        self.gpu_id = self.heap.device.index if self.backend == "cuda" else None
+        self.heap_bases = self.heap.heap_bases
         tracing_slots = [0] * TRACING_SLOTS
-        tracing_slots[HEAP_SIZE_SLOT] = self.heap_size
+        tracing_slots[HEAP_SIZE_SLOT] = self.heap_size  # for debug checks in kernels (see iris.device)
         self._device_context = torch.tensor(
             [self.cur_rank, self.num_ranks, *self.heap.bases] + tracing_slots,
-            dtype=torch.int64, device=self.device,
+            dtype=torch.int64, device=self.heap.device,
         )
         if self.debug_mode:
             enable_debug_checks(self.cur_rank)
@@ -89,82 +83,57 @@ class Iris:
 
     def __repr__(self) -> str:
         return (f"Iris(rank={self.cur_rank}, num_ranks={self.num_ranks}, backend={self.backend!r}, "
-                f"device={self.device}, heap_size={self.heap_size})")
+                f"device={self.device!r}, heap_size={self.heap_size})")
 
-    # -- tensor creation ------------------------------------------------------------------------
-    def _check_placement(self, layout, device) -> None:
-        if layout not in (None, torch.strided):
-            raise ValueError(
-                f"rank {self.cur_rank}: only torch.strided tensors live on the symmetric heap, not {layout}"
-            )
-        if device is not None:
-            device = torch.device(device)
-            if device.type != self.device.type or device.index not in (None, self.device.index):
-                raise RuntimeError(
-                    f"rank {self.cur_rank}: device mismatch: this rank's symmetric heap is on {self.device}, "
-                    f"not {device}; leave device=None"
-                )
-
-    def _check_out(self, out: torch.Tensor, shape, dtype) -> None:
-        if not self.heap.owns(out):
-            raise ValueError(f"rank {self.cur_rank}: out= must be a tensor on the symmetric heap")
-        if out.numel() != math.prod(shape) or (dtype is not None and out.dtype != dtype):
-            raise ValueError(
-                f"rank {self.cur_rank}: out= is {out.dtype}{list(out.shape)} but the result is "
-                f"{dtype or out.dtype}{list(shape)}: it needs as many elements and the same dtype"
-            )
-
-    def _new(self, shape, dtype, *, out, layout, device, requires_grad, name, fill=None) -> torch.Tensor:
-        """Allocate collectively (or reuse ``out``), initialise with ``fill(tensor)``, then set requires_grad."""
-        self._check_placement(layout, device)
-        if out is not None:
-            self._check_out(out, shape, dtype)
-            tensor = out if tuple(out.shape) == tuple(shape) else out.view(shape)  # filled in place
-        else:
-            tensor = self.heap.allocate(shape, dtype if dtype is not None else torch.get_default_dtype(), label=name)
-        if fill is not None:
-            with torch.no_grad():
-                fill(tensor)
-        return tensor.requires_grad_() if requires_grad else tensor
-
+    # -- tensor creation (iris.tensor_creation, with this heap and its device) ----------------------
     def empty(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False,
               pin_memory=False, memory_format=torch.contiguous_format, name=None) -> torch.Tensor:
-        """Uninitialised tensor on the heap (collective: every rank calls it with the same size and dtype)."""
-        return self._new(_shape(size), dtype, out=out, layout=layout, device=device,
-                         requires_grad=requires_grad, name=name)
+        """Uninitialised tensor on the heap (collective: every rank calls it with the same size and dtype).
+
+        ``memory_format=torch.channels_last`` (or ``channels_last_3d``) gives torch's strides for it;
+        ``pin_memory`` is accepted and ignored, as upstream does.
+        """
+        return tensor_creation.empty(self.heap, self.device, size, out=out, dtype=dtype, layout=layout,
+                                     device=device, requires_grad=requires_grad, memory_format=memory_format,
+                                     name=name)
 
     def zeros(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False,
               name=None) -> torch.Tensor:
-        """Tensor of zeros on the heap, e.g. ``ctx.zeros(4, 8, dtype=torch.float16, name="acc")``."""
-        return self._new(_shape(size), dtype, out=out, layout=layout, device=device,
-                         requires_grad=requires_grad, name=name, fill=lambda t: t.zero_())
+        """Tensor of zeros on the heap, e.g. ``ctx.zeros(4, 8, dtype=torch.float16, name="acc")``.
+
+        Sizes in every form upstream accepts: ``zeros(2, 3)``, ``zeros((2, 3))``, ``zeros([2, 3])``,
+        ``zeros(torch.Size([2, 3]))``, ``zeros(((2, 3),))``; likewise for the rest of the family.
+        """
+        return tensor_creation.zeros(self.heap, self.device, size, out=out, dtype=dtype, layout=layout,
+                                     device=device, requires_grad=requires_grad, name=name)
 
     def ones(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False,
              name=None) -> torch.Tensor:
         """Tensor of ones on the heap."""
-        return self._new(_shape(size), dtype, out=out, layout=layout, device=device,
-                         requires_grad=requires_grad, name=name, fill=lambda t: t.fill_(1))
+        return tensor_creation.ones(self.heap, self.device, size, out=out, dtype=dtype, layout=layout,
+                                    device=device, requires_grad=requires_grad, name=name)
 
     def full(self, size, fill_value, *, out=None, dtype=None, layout=torch.strided, device=None,
              requires_grad=False, name=None) -> torch.Tensor:
         """Tensor filled with ``fill_value``; the dtype is inferred from it as :func:`torch.full` does."""
-        if dtype is None:
-            dtype = out.dtype if out is not None else torch.full((), fill_value).dtype
-        size = (size,) if isinstance(size, int) else size
-        return self._new(_shape((size,)), dtype, out=out, layout=layout, device=device,
-                         requires_grad=requires_grad, name=name, fill=lambda t: t.fill_(fill_value))
+        return tensor_creation.full(self.heap, self.device, size, fill_value, out=out, dtype=dtype, layout=layout,
+                                    device=device, requires_grad=requires_grad, name=name)
 
     def rand(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
              requires_grad=False, pin_memory=False, name=None) -> torch.Tensor:
         """Uniform [0, 1) values on the heap (each rank draws its own unless the generators are seeded alike)."""
-        return self._new(_shape(size), dtype, out=out, layout=layout, device=device, requires_grad=requires_grad,
-                         name=name, fill=lambda t: t.uniform_(0, 1, generator=generator))
+        return tensor_creation.rand(self.heap, self.device, size, generator=generator, out=out, dtype=dtype,
+                                    layout=layout, device=device, requires_grad=requires_grad, name=name)
 
     def randn(self, *size, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
               requires_grad=False, pin_memory=False, name=None) -> torch.Tensor:
         """Standard normal values on the heap."""
-        return self._new(_shape(size), dtype, out=out, layout=layout, device=device, requires_grad=requires_grad,
-                         name=name, fill=lambda t: t.normal_(0, 1, generator=generator))
+        return tensor_creation.randn(self.heap, self.device, size, generator=generator, out=out, dtype=dtype,
+                                     layout=layout, device=device, requires_grad=requires_grad, name=name)
+
+    def uniform(self, size, low=0.0, high=1.0, dtype=torch.float, *, name=None) -> torch.Tensor:
+        """Uniform values in [``low``, ``high``) on the heap, e.g. ``ctx.uniform((2, 3), -1.0, 1.0)``."""
+        return tensor_creation.uniform(self.heap, self.device, size, low, high, dtype, name=name)
 
     def randint(self, *args, generator=None, out=None, dtype=None, layout=torch.strided, device=None,
                 requires_grad=False, name=None) -> torch.Tensor:
@@ -175,63 +144,93 @@ class Iris:
             low, high, size = args
         else:
             raise ValueError(f"rank {self.cur_rank}: randint takes (high, size) or (low, high, size), got {args!r}")
-        return self._new(_shape((size,)), dtype or torch.int64, out=out, layout=layout, device=device,
-                         requires_grad=requires_grad, name=name,
-                         fill=lambda t: t.random_(low, high, generator=generator))
+        return tensor_creation.randint(self.heap, self.device, low, high, size, generator=generator, out=out,
+                                       dtype=dtype, layout=layout, device=device, requires_grad=requires_grad,
+                                       name=name)
 
     def arange(self, start=0, end=None, step=1, *, out=None, dtype=None, layout=torch.strided, device=None,
                requires_grad=False, name=None) -> torch.Tensor:
-        """``torch.arange`` on the heap: ``arange(end)`` or ``arange(start, end, step)``."""
-        values = torch.arange(start, end, step, dtype=dtype) if end is not None else torch.arange(start, dtype=dtype)
-        return self._new(values.shape, values.dtype, out=out, layout=layout, device=device,
-                         requires_grad=requires_grad, name=name, fill=lambda t: t.copy_(values))
+        """``torch.arange`` on the heap: ``arange(end)`` or ``arange(start, end, step)``.
+
+        A zero step, or a range with no element in the step's direction, is a ``ValueError`` (upstream's).
+        """
+        start, end = (0, start) if end is None else (start, end)
+        return tensor_creation.arange(self.heap, self.device, start, end, step, out=out, dtype=dtype,
+                                      layout=layout, device=device, requires_grad=requires_grad, name=name)
 
     def linspace(self, start, end, steps, out=None, dtype=None, layout=torch.strided, device=None,
                  requires_grad=False, name=None) -> torch.Tensor:
-        """``steps`` evenly spaced values from ``start`` to ``end`` on the heap."""
-        values = torch.linspace(start, end, steps, dtype=dtype)
-        return self._new(values.shape, values.dtype, out=out, layout=layout, device=device,
-                         requires_grad=requires_grad, name=name, fill=lambda t: t.copy_(values))
-
-    def _like(self, creator, input: torch.Tensor, dtype, layout, device, requires_grad, name):
-        return creator(input.shape, dtype=dtype or input.dtype, layout=layout or input.layout, device=device,
-                       requires_grad=requires_grad, name=name)
+        """``steps`` evenly spaced values from ``start`` to ``end`` on the heap (``steps``: 5, (5,), [5]...)."""
+        return tensor_creation.linspace(self.heap, self.device, start, end, steps, out=out, dtype=dtype,
+                                        layout=layout, device=device, requires_grad=requires_grad, name=name)
 
     def zeros_like(self, input, *, dtype=None, layout=None, device=None, requires_grad=False,
                    memory_format=torch.preserve_format, name=None) -> torch.Tensor:
-        """Zeros with ``input``'s shape (and dtype unless given), on the heap."""
-        return self._like(self.zeros, input, dtype, layout, device, requires_grad, name)
+        """Zeros with ``input``'s shape (and dtype, and strides under ``preserve_format``), on the heap."""
+        return tensor_creation.zeros_like(self.heap, self.device, input, dtype=dtype, layout=layout, device=device,
+                                          requires_grad=requires_grad, memory_format=memory_format, name=name)
 
     def ones_like(self, input, *, dtype=None, layout=None, device=None, requires_grad=False,
                   memory_format=torch.preserve_format, name=None) -> torch.Tensor:
         """Ones with ``input``'s shape, on the heap."""
-        return self._like(self.ones, input, dtype, layout, device, requires_grad, name)
+        return tensor_creation.ones_like(self.heap, self.device, input, dtype=dtype, layout=layout, device=device,
+                                         requires_grad=requires_grad, memory_format=memory_format, name=name)
 
     def empty_like(self, input, *, dtype=None, layout=None, device=None, requires_grad=False,
                    memory_format=torch.preserve_format, name=None) -> torch.Tensor:
         """Uninitialised tensor with ``input``'s shape, on the heap."""
-        return self._like(self.empty, input, dtype, layout, device, requires_grad, name)
+        return tensor_creation.empty_like(self.heap, self.device, input, dtype=dtype, layout=layout, device=device,
+                                          requires_grad=requires_grad, memory_format=memory_format, name=name)
 
     def full_like(self, input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False,
                   memory_format=torch.preserve_format, name=None) -> torch.Tensor:
         """``fill_value`` with ``input``'s shape, on the heap."""
-        return self.full(input.shape, fill_value, dtype=dtype or input.dtype, layout=layout or torch.strided,
-                         device=device, requires_grad=requires_grad, name=name)
+        return tensor_creation.full_like(self.heap, self.device, input, fill_value, dtype=dtype, layout=layout,
+                                         device=device, requires_grad=requires_grad, memory_format=memory_format,
+                                         name=name)
 
     def rand_like(self, input, *, dtype=None, layout=None, device=None, requires_grad=False,
                   memory_format=torch.preserve_format, name=None) -> torch.Tensor:
         """Uniform [0, 1) values with ``input``'s shape, on the heap."""
-        return self._like(self.rand, input, dtype, layout, device, requires_grad, name)
+        return tensor_creation.rand_like(self.heap, self.device, input, dtype=dtype, layout=layout, device=device,
+                                         requires_grad=requires_grad, memory_format=memory_format, name=name)
 
     def randn_like(self, input, *, dtype=None, layout=None, device=None, requires_grad=False,
                    memory_format=torch.preserve_format, name=None) -> torch.Tensor:
         """Standard normal values with ``input``'s shape, on the heap."""
-        return self._like(self.randn, input, dtype, layout, device, requires_grad, name)
+        return tensor_creation.randn_like(self.heap, self.device, input, dtype=dtype, layout=layout, device=device,
+                                          requires_grad=requires_grad, memory_format=memory_format, name=name)
+
+    def __allocate(self, num_elements: int, dtype: torch.dtype) -> torch.Tensor:
+        # Upstream's private spelling, which its tests call as ctx._Iris__allocate(n, dtype).
+        return tensor_creation.allocate(self.heap, num_elements, dtype)
 
     # -- the heap -------------------------------------------------------------------------------
     def is_symmetric(self, tensor: torch.Tensor) -> bool:
         """True if ``tensor`` is (a view of) a tensor on this rank's symmetric heap."""
-        return self.heap.owns(tensor)
+        return self.heap.is_symmetric(tensor)
+
+    def as_symmetric(self, external_tensor: torch.Tensor, *, name=None) -> torch.Tensor:
+        """A copy of ``external_tensor`` placed on the heap: same shape, dtype and values (collective).
+
+        Upstream's ``torch`` allocator does the same (its ``vmem`` allocator shares the memory instead;
+        see :func:`iris.backend.choose_allocator`). Every rank calls it with a tensor of the same shape
+        and dtype, since it allocates. Later changes to either tensor do not reach the other. Any device
+        and layout is accepted: a dense input keeps its strides, others come back contiguous.
+
+        Examples
+        --------
+        >>> weights = ctx.as_symmetric(torch.randn(64, 64))     # doctest: +SKIP
+        >>> ctx.is_symmetric(weights)                           # doctest: +SKIP
+        True
+        """
+        if not isinstance(external_tensor, torch.Tensor):
+            raise TypeError(f"rank {self.cur_rank}: as_symmetric takes a torch.Tensor, got "
+                            f"{type(external_tensor).__name__}")
+        copy = self.empty_like(external_tensor, name=name)
+        with torch.no_grad():
+            copy.copy_(external_tensor)
+        return copy
 
     def as_remote(self, tensor: torch.Tensor, rank: int) -> torch.Tensor:
         """Zero-copy view of ``rank``'s copy of ``tensor``: same shape, dtype, strides and storage offset.
@@ -267,7 +266,8 @@ class Iris:
         return self.num_ranks
 
     def get_device(self) -> torch.device:
-        return self.device
+        """The heap's ``torch.device`` (``ctx.device`` is the same as upstream's string)."""
+        return self.heap.device
 
     def get_device_id(self) -> int | None:
         """The CUDA device index of this rank, None on the CPU backend."""
@@ -275,8 +275,8 @@ class Iris:
 
     def get_cu_count(self) -> int:
         """Compute units that kernels can fill: SMs on a GPU, CPU cores on the CPU backend."""
-        if self.device.type == "cuda":
-            return torch.cuda.get_device_properties(self.device).multi_processor_count
+        if self.backend == "cuda":
+            return torch.cuda.get_device_properties(self.heap.device).multi_processor_count
         return os.cpu_count() or 1
 
     # -- synchronisation and exchange -----------------------------------------------------------
@@ -298,6 +298,16 @@ class Iris:
         See :func:`iris.ccl.device_barrier`.
         """
         self.ccl.barrier(group)
+
+    @property
+    def _device_barrier_state(self) -> MappingProxyType:
+        """Upstream's view of the device barrier's state: its flags tensor per group (None: all ranks).
+
+        Read-only and empty until the first :meth:`device_barrier`; the flags stay the same tensor from
+        then on, which is what lets later barriers be captured in a CUDA graph. The state itself lives in
+        ``ctx.ccl`` (:meth:`iris.ccl.CCL.barrier_state`).
+        """
+        return MappingProxyType(self.ccl.barrier_state())
 
     def broadcast(self, value, src: int = 0, *, source_rank: int | None = None):
         """``src``'s value on every rank; tensors and arrays come back as numpy arrays.
@@ -326,13 +336,18 @@ class Iris:
         _log.log(_log.ERROR, msg, self.cur_rank, self.num_ranks)
 
 
-def iris(heap_size: int | str = 1 << 30, backend: str | None = None, debug: bool | None = None) -> Iris:
+def iris(heap_size: int | str = 1 << 30, allocator_type: str | None = None, *, backend: str | None = None,
+         debug: bool | None = None) -> Iris:
     """Create this rank's :class:`Iris` context (collective: every rank calls it).
 
     Parameters
     ----------
     heap_size : int or str
         Bytes of symmetric heap per rank, e.g. ``1 << 30`` or ``"64MiB"``.
+    allocator_type : {None, "torch"}
+        Upstream's choice of allocator. None reads ``IRIS_ALLOCATOR`` (default ``"torch"``): the heap's
+        own collective allocator, which frees. Upstream's ``"vmem"`` (AMD virtual memory) has no
+        equivalent here and raises NotImplementedError saying so (:func:`iris.backend.choose_allocator`).
     backend : {None, "auto", "cpu", "cuda"}
         None/"auto" reads ``IRIS_BACKEND``, else picks ``cuda`` when a GPU is visible, else ``cpu``.
     debug : bool, optional
@@ -341,5 +356,6 @@ def iris(heap_size: int | str = 1 << 30, backend: str | None = None, debug: bool
     Examples
     --------
     >>> ctx = iris.iris("64MiB", backend="cpu")      # doctest: +SKIP
+    >>> ctx = iris.iris(1 << 30, allocator_type="torch")   # upstream's spelling  # doctest: +SKIP
     """
-    return Iris(heap_size, backend=backend, debug=debug)
+    return Iris(heap_size, allocator_type, backend=backend, debug=debug)

@@ -46,6 +46,51 @@ _WRONG_RANK = tl.constexpr(
     "iris debug: DeviceContext.initialize got a rank or world_size other than the context tensor's; "
     "launch with rank=ctx.get_rank(), world_size=ctx.get_num_ranks()")
 
+# PTX spells a volatile load ld.volatile, which takes no cache operator: ptxas rejects ld.volatile.global.ca
+# and .cg ("Modifier '.volatile' cannot be combined with modifier '.cg'"); .cv compiles (Triton emits a plain
+# ld.volatile for it). AMD GPUs accept every combination, so upstream Iris's code and tests may use them.
+PTX_REFUSES_VOLATILE_WITH = (".ca", ".cg")
+VOLATILE_WITH_CACHE_MODIFIER = (
+    "a load with volatile=True cannot take cache_modifier={modifier!r}: PTX has no volatile load with a cache "
+    "operator, so NVIDIA GPUs refuse it (ptxas: \"Modifier '.volatile' cannot be combined with modifier "
+    "'{modifier}'\"). Drop the cache modifier: volatile=True already reads memory on every load. (AMD GPUs "
+    "accept the pair, which is why code written for upstream Iris may have it.)"
+)
+
+
+class VolatileCacheModifierError(ValueError):
+    """A load asked for ``volatile=True`` with a cache modifier PTX cannot combine with it (``.ca``, ``.cg``)."""
+
+    def __init__(self, modifier: str):
+        super().__init__(VOLATILE_WITH_CACHE_MODIFIER.format(modifier=modifier) + " iris refuses it on the CPU "
+                         "too, so that a kernel that runs there also compiles for a GPU.")
+
+
+@triton.constexpr_function
+def check_volatile_load(cache_modifier, volatile):
+    """Refuse a volatile load with a cache modifier that PTX cannot express, when the kernel is compiled.
+
+    Called by every iris load that takes ``volatile`` (``iris.load``, ``DeviceContext.load``,
+    ``IrisDeviceCtx.load``), on the CPU interpreter too: a kernel must not run there and then fail to
+    compile for a GPU. A constexpr function, so the check costs nothing in the compiled kernel. (It raises
+    a class, not a formatted string: Triton rejects any other callable a kernel's code refers to.)
+
+    Raises
+    ------
+    VolatileCacheModifierError
+        A ``ValueError`` saying :data:`VOLATILE_WITH_CACHE_MODIFIER`, for ``volatile=True`` with ``".ca"``
+        or ``".cg"``. On a GPU, Triton reports it as the cause of a ``CompilationError`` at the call.
+
+    Examples
+    --------
+    >>> x = iris.load(flag, rank, peer, heap_bases, volatile=True)                       # doctest: +SKIP
+    >>> x = iris.load(flag, rank, peer, heap_bases, volatile=True, cache_modifier=".cg")  # doctest: +SKIP
+    Traceback (most recent call last):
+    iris.device.VolatileCacheModifierError: a load with volatile=True cannot take cache_modifier='.cg': ...
+    """
+    if volatile and cache_modifier in PTX_REFUSES_VOLATILE_WITH:
+        raise VolatileCacheModifierError(cache_modifier)
+
 
 @triton.jit
 def translate(ptr, from_rank, to_rank, heap_bases, hint: tl.constexpr = None, mask=None,
@@ -98,10 +143,13 @@ def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_m
          hint: tl.constexpr = None):
     """Load ``from_rank``'s copy of ``pointer``; ``to_rank`` is the calling rank (upstream's names).
 
+    ``volatile=True`` with ``cache_modifier=".ca"`` or ``".cg"`` is refused (:func:`check_volatile_load`).
+
     Examples
     --------
     >>> x = iris.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n)   # doctest: +SKIP
     """
+    check_volatile_load(cache_modifier, volatile)
     remote = translate(pointer, to_rank, from_rank, heap_bases, hint, mask)
     return tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
 
@@ -313,7 +361,8 @@ class DeviceContext:
     @triton.jit
     def load(self, pointer, from_rank, mask=None, other=None, cache_modifier=None, volatile=False,
              hint: tl.constexpr = None):
-        """Load ``from_rank``'s copy of ``pointer``."""
+        """Load ``from_rank``'s copy of ``pointer`` (``volatile=True`` with ``".ca"``/``".cg"``: refused)."""
+        check_volatile_load(cache_modifier, volatile)
         remote = self.as_remote(pointer, from_rank, mask, hint)
         return tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
 

@@ -15,8 +15,9 @@ atomics) ``gl.CoalescedLayout()`` (:func:`anchor_auto_layout`), which the compil
 of the kernel: upstream's layout-less examples run as written. Explicit layouts are never changed. A
 kernel with no ``IrisDeviceCtx`` call still has nothing to anchor: give its range a layout
 (``gl.CoalescedLayout()`` is portable across 32- and 64-wide warps; an explicit ``gl.BlockedLayout`` must
-match the warp width, 32 on NVIDIA, while AMD examples say 64), and launch inside :func:`layout_hints` to
-get that advice instead of the bare compiler error.
+match the warp width, 32 on NVIDIA, while AMD examples say 64), and launch inside
+:func:`iris.hints.layout_hints` (also importable from here) to get that advice instead of the bare compiler
+error; it also explains a ``BlockedLayout`` written for AMD's 64-wide warps.
 
 Examples
 --------
@@ -30,28 +31,15 @@ Examples
 >>> read_from_peer[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out, 1, 64)   # doctest: +SKIP
 """
 
-import contextlib
-import os
-import re
-import sys
-import tempfile
-
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.language.core import TRITON_BUILTIN
 from triton.language.core import _aggregate as aggregate
 
-from .device import HEAP_SIZE_SLOT, translate
+from .device import HEAP_SIZE_SLOT, check_volatile_load, translate
+from .hints import layout_hints  # noqa: F401  (public here too: the workbench imports it from iris.gluon)
 
 _HEAP_SIZE_SLOT = gl.constexpr(HEAP_SIZE_SLOT)
-
-# What triton 3.6 says about a layout-less gl.arange on a GPU.
-LAYOUT_ERROR = "'tt.make_range' op Failed to infer return type"
-LAYOUT_ADVICE = (
-    "A Gluon range has no layout: on a GPU write gl.arange(0, BLOCK, layout=gl.CoalescedLayout()) (portable) "
-    "or an explicit gl.BlockedLayout([1], [32], [num_warps], [0]) (32-wide warps on NVIDIA, 64 on AMD). "
-    "The CPU interpreter ignores layouts, which is why the kernel ran there."
-)
 
 
 def has_auto_layout(value) -> bool:
@@ -132,7 +120,8 @@ class IrisDeviceCtx:
     @gluon.jit
     def load(self, pointer, from_rank, mask=None, other=None, cache_modifier=None, volatile=False,
              hint: gl.constexpr = None):
-        """Load ``from_rank``'s copy of ``pointer``."""
+        """Load ``from_rank``'s copy of ``pointer`` (``volatile=True`` with ``".ca"``/``".cg"``: refused)."""
+        check_volatile_load(cache_modifier, volatile)
         remote = self.as_remote(pointer, from_rank, mask, hint)
         return gl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
 
@@ -229,46 +218,3 @@ class IrisDeviceCtx:
         remote = self.as_remote(pointer, to_rank, None, hint)
         cmp, val = anchor_auto_layout(cmp), anchor_auto_layout(val)
         return gl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
-
-
-@contextlib.contextmanager
-def layout_hints():
-    """Turn the GPU compile failure of a layout-less Gluon range into advice on what to write instead.
-
-    Triton reports the failing pass only as ``RuntimeError("PassManager::run failed")``; MLIR writes the
-    reason ("'tt.make_range' op Failed to infer return type") straight to file descriptor 2. So stderr
-    is captured at that level while the block runs, and written back unchanged afterwards.
-
-    Raises
-    ------
-    RuntimeError
-        :data:`LAYOUT_ADVICE`, chained to the compiler's error, when that reason was reported.
-
-    Examples
-    --------
-    >>> with layout_hints():
-    ...     read_from_peer[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out, 1, 64)   # doctest: +SKIP
-    """
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        except Exception as error:
-            failure = error
-        else:
-            failure = None
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            text = captured.read().decode(errors="replace")
-            sys.stderr.write(text)
-    if failure is None:
-        return
-    where = re.search(rf"^(\S+:\d+:\d+): error: .*{LAYOUT_ERROR}", text, re.MULTILINE)
-    if where:
-        raise RuntimeError(f"{where.group(1)}: {LAYOUT_ADVICE}") from failure
-    raise failure

@@ -81,8 +81,14 @@ def stop(ranks) -> None:
 
 
 def run_ranks(world_size: int, target: str, *args, timeout: float = 180, env: dict | None = None) -> list:
-    """Run ``target`` on every rank and return the per-rank JSON results; raise with the logs if one fails."""
-    ranks = start_ranks(world_size, target, *args, env=env)
+    """Run ``target`` on every rank and return the per-rank JSON results; raise with the logs if one fails.
+    The ranks' logs and results live in a temporary directory, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="iris-test-") as workdir:
+        return _run_in(Path(workdir), world_size, target, args, timeout, env)
+
+
+def _run_in(workdir: Path, world_size: int, target: str, args: tuple, timeout: float, env: dict | None) -> list:
+    ranks = start_ranks(world_size, target, *args, env=env, workdir=workdir)
     deadline = time.monotonic() + timeout
     try:
         for r in ranks:

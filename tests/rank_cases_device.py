@@ -22,6 +22,7 @@ from triton.experimental.gluon import language as gl
 
 import iris
 from iris.gluon import IrisDeviceCtx
+from tests import portability_kernels as portability
 from tests.gluon_auto_layout_kernels import every_method
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
@@ -61,7 +62,7 @@ def rma_functional(src, loaded, stored, got, put_in, copied_in, copied_out, heap
                    BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     mask = offs < n
-    # (volatile=True is exercised by the spin locks: PTX cannot combine it with .cg)
+    # (volatile=True: the spin locks and _volatile_loads; PTX cannot combine it with .cg, and iris refuses that)
     x = iris.load(src + offs, rank, right, heap_bases, mask=mask, other=-7, cache_modifier=".cg", hint=16)
     tl.store(loaded + offs, x)
     mine = tl.load(src + offs, mask=mask)
@@ -528,10 +529,41 @@ def _every_method_layoutless(ctx):
     _expect("every_method: atomics in order, lock released", counters, expected)
 
 
+def _volatile_loads(ctx):
+    """A volatile load with ``.cv`` reads the peer's data through every API; with ``.ca``/``.cg`` (which PTX
+    cannot express) every API refuses it, on the CPU as on a GPU."""
+    r, n = ctx.cur_rank, ctx.num_ranks
+    peer, block = (r + 1) % n, portability.BLOCK
+    src, out = ctx.full((block,), float(r), dtype=torch.float32), ctx.zeros(block, dtype=torch.float32)
+    ctx.barrier()
+    launches = {
+        "functional": lambda cm: portability.volatile_load_functional[(1,)](
+            src, out, ctx.get_heap_bases(), r, peer, cm, block),
+        "device_context": lambda cm: portability.volatile_load_device_context[(1,)](
+            ctx.get_device_context(), src, out, peer, r, n, cm, block),
+        "gluon": lambda cm: portability.volatile_load_gluon[(1,)](
+            IrisDeviceCtx, ctx.get_device_context(), src, out, peer, cm, block),
+    }
+    for api, launch in launches.items():
+        out.zero_()
+        launch(".cv")
+        _expect(f"{api} volatile .cv load", out, torch.full((block,), float(peer)))
+        for modifier in (".ca", ".cg"):
+            try:
+                launch(modifier)
+            except Exception as error:  # a CompilationError on a GPU, an InterpreterError on the CPU
+                if portability.volatile_refusal(error) is None:
+                    raise
+            else:
+                raise AssertionError(f"{api}: a volatile load with cache_modifier={modifier!r} was accepted")
+    ctx.barrier()
+
+
 def synchronisation_and_as_remote(times=8, rounds=4):
     """Spin lock across ranks, ring message passing, host/device as_remote agreement, DESIGN's example, every
-    IrisDeviceCtx method on layout-less blocks."""
+    IrisDeviceCtx method on layout-less blocks, volatile loads."""
     ctx = _ctx()
+    _volatile_loads(ctx)
     _locks(ctx, times)
     _ring(ctx, rounds)
     _as_remote(ctx)

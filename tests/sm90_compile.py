@@ -1,8 +1,9 @@
-"""Compile Gluon kernels for an H100/H200 (sm_90) on a machine without a GPU, with Triton's own compiler.
+"""Compile Gluon and Triton kernels for an H100/H200 (sm_90) on a machine without a GPU, with Triton's own compiler.
 
 Run as a script with ``IRIS_BACKEND=cuda`` (so that importing iris does not switch Triton to its CPU
-interpreter); it prints one JSON object: per kernel, the ``#blocked`` layouts of the compiled TTGIR, or the
-error. tests/test_gluon_sm90.py runs it.
+interpreter); it prints one JSON object as its last line: per kernel, the ``#blocked`` layouts of the compiled
+TTGIR, the advice :func:`iris.gluon.layout_hints` gave, or iris's refusal. tests/test_gluon_sm90.py runs it
+(ptxas leaves the PTX of a failed compile in the temporary directory: run it with a ``TMPDIR`` of its own).
 
 Examples
 --------
@@ -15,29 +16,65 @@ import json
 
 import triton
 from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.compiler.errors import CompilationError
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from iris.gluon import IrisDeviceCtx, layout_hints
 from tests import gluon_auto_layout_kernels as kernels
+from tests import portability_kernels as portability
 from tests.rank_cases_device import read_from_peer
 
 SM90 = GPUTarget("cuda", 90, 32)
 CONTEXT = {"IrisDeviceCtx": "constexpr", "context_tensor": "*i64"}
+VOLATILE_LOADS = {  # the same load through each iris API, and its signature
+    "functional": (portability.volatile_load_functional, {
+        "src": "*fp32", "out": "*fp32", "heap_bases": "*i64", "rank": "i32", "peer": "i32"}, {}),
+    "device_context": (portability.volatile_load_device_context, {
+        "context": "*i64", "src": "*fp32", "out": "*fp32", "peer": "i32", "rank": "constexpr", "world": "constexpr"},
+        {"rank": 0, "world": 2}),
+    "gluon": (portability.volatile_load_gluon, {**CONTEXT, "src": "*fp32", "out": "*fp32", "peer": "i32"},
+              {"IrisDeviceCtx": IrisDeviceCtx}),
+}
 
 
-def compile_for_sm90(fn, signature: dict, constexprs: dict) -> str:
-    """The TTGIR of ``fn`` compiled for sm_90 (the cubin is built too, by ptxas)."""
-    source = GluonASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    return triton.compile(source, target=SM90).asm["ttgir"]
+def compile_for_sm90(fn, signature: dict, constexprs: dict, num_warps: int = 4) -> str:
+    """The TTGIR of ``fn`` (``@gluon.jit`` or ``@triton.jit``) compiled for sm_90; ptxas builds the cubin too."""
+    source = (GluonASTSource if fn.is_gluon() else ASTSource)(fn=fn, signature=signature, constexprs=constexprs)
+    return triton.compile(source, target=SM90, options={"num_warps": num_warps}).asm["ttgir"]
 
 
 def layouts(ttgir: str) -> list[str]:
     return [line for line in ttgir.splitlines() if line.startswith("#blocked")]
 
 
+def advice(fn, signature: dict, constexprs: dict, num_warps: int = 4) -> dict:
+    """What :func:`layout_hints` says about compiling ``fn``, and the compiler's own error under it."""
+    try:
+        with layout_hints():
+            compile_for_sm90(fn, signature, constexprs, num_warps)
+    except RuntimeError as error:
+        return {"advice": str(error), "compiler": str(error.__cause__)}
+    return {"advice": None, "compiler": None}
+
+
+def volatile_load(api: str, cache_modifier: str) -> str:
+    """``"compiled"``, or the message of iris's refusal of a volatile load with ``cache_modifier``."""
+    fn, signature, constexprs = VOLATILE_LOADS[api]
+    signature = {**signature, "CM": "constexpr", "BLOCK": "constexpr"}
+    try:
+        compile_for_sm90(fn, signature, {**constexprs, "CM": cache_modifier, "BLOCK": portability.BLOCK})
+    except CompilationError as error:
+        refusal = portability.volatile_refusal(error)
+        if refusal is None:
+            raise
+        return str(refusal)
+    return "compiled"
+
+
 def main() -> dict:
     with_ctx = {"IrisDeviceCtx": IrisDeviceCtx, "BLOCK": 128}
-    results = {
+    return {
         "read_from_peer": layouts(compile_for_sm90(read_from_peer, {
             **CONTEXT, "buf": "*fp32", "out": "*fp32", "peer": "constexpr", "BLOCK": "constexpr"},
             {**with_ctx, "peer": 1})),
@@ -46,14 +83,17 @@ def main() -> dict:
             "BLOCK": "constexpr"}, with_ctx)),
         "blocked_copy": layouts(compile_for_sm90(kernels.blocked_copy, {
             **CONTEXT, "src": "*fp32", "out": "*fp32", "peer": "i32", "BLOCK": "constexpr"}, with_ctx)),
+        "no_iris_call": advice(kernels.no_iris_call, {"src": "*fp32", "out": "*fp32", "BLOCK": "constexpr"},
+                               {"BLOCK": 128}),
+        "amd_layout_load": advice(portability.amd_layout_load, {
+            **CONTEXT, "src": "*fp32", "out": "*fp32", "peer": "i32", "BLOCK": "constexpr"},
+            {"IrisDeviceCtx": IrisDeviceCtx, "BLOCK": 64}, num_warps=1),
+        "volatile_load": {f"{api} {cm}": volatile_load(api, cm) for api in VOLATILE_LOADS for cm in (".ca", ".cg")}
+        | {"gluon .cv": volatile_load("gluon", ".cv")},
+        "volatile_load_plain": advice(portability.volatile_load_plain, {
+            "src": "*fp32", "out": "*fp32", "CM": "constexpr", "BLOCK": "constexpr"},
+            {"CM": ".cg", "BLOCK": portability.BLOCK}),
     }
-    try:
-        with layout_hints():
-            compile_for_sm90(kernels.no_iris_call, {"src": "*fp32", "out": "*fp32", "BLOCK": "constexpr"},
-                             {"BLOCK": 128})
-    except RuntimeError as error:
-        results["no_iris_call"] = {"advice": str(error), "compiler": str(error.__cause__)}
-    return results
 
 
 if __name__ == "__main__":

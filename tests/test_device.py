@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 
 import pytest
 
@@ -62,19 +63,46 @@ def test_device_context_and_gluon_context_have_the_same_methods():
 
 def test_aliases_for_older_iris_docs():
     for alias in (iris.iris_gluon, iris.experimental.iris_gluon):
-        assert alias.iris is iris.iris
+        assert alias.iris is iris.iris_gluon.iris  # upstream's factory: an IrisGluon (tests/test_gluon_host.py)
         assert alias.IrisDeviceCtx is iris.gluon.IrisDeviceCtx
 
 
-def test_layout_hints_turns_the_gpu_layout_error_into_advice():
-    with pytest.raises(RuntimeError, match=r"kernel\.py:9:51: .*gl\.CoalescedLayout\(\)") as caught:
+def _advice(compiler_stderr: bytes, error: Exception) -> RuntimeError:
+    """What layout_hints raises for a block that wrote ``compiler_stderr`` to fd 2 and then raised ``error``."""
+    with pytest.raises(RuntimeError) as caught:
         with iris.gluon.layout_hints():
-            os.write(2, b"/x/kernel.py:9:51: error: 'tt.make_range' op Failed to infer return type\n")
-            raise RuntimeError("PassManager::run failed")
-    assert str(caught.value.__cause__) == "PassManager::run failed"
+            os.write(2, compiler_stderr)
+            raise error
+    assert caught.value.__cause__ is error
+    return caught.value
+
+
+def test_layout_hints_turns_the_gpu_layout_error_into_advice():
+    advice = _advice(b"/x/kernel.py:9:51: error: 'tt.make_range' op Failed to infer return type\n",
+                     RuntimeError("PassManager::run failed"))
+    assert re.match(r"/x/kernel\.py:9:51: .*gl\.CoalescedLayout\(\)", str(advice))
     with pytest.raises(KeyError):  # anything else passes through untouched
         with iris.gluon.layout_hints():
             raise KeyError("unrelated")
+
+
+def test_layout_hints_explains_amd_warps_and_volatile_cache_modifiers():
+    # MLIR's words (triton 3.6); the first error is the user's line, later ones are inside iris
+    layout = b"#ttg.blocked<{sizePerThread = [1], threadsPerWarp = [64], warpsPerCTA = [1], order = [0]}>"
+    width = _advice(b"<iris-cell-3>:5:24: error: Result has an invalid layout: " + layout + b".\n"
+                    b"Layout has 64 threads per warp, but the module specifies 32 threads per warp.\n"
+                    b"/x/iris/gluon.py:1:2: error: Operand 0 has an invalid layout: " + layout + b".\n"
+                    b"Layout has 64 threads per warp, but the module specifies 32 threads per warp.\n",
+                    RuntimeError("error encountered during parsing"))
+    assert str(width).startswith("<iris-cell-3>:5:24: this Gluon layout has 64 threads per warp, but a warp has 32")
+    assert "gl.BlockedLayout([1], [32], [num_warps], [0])" in str(width) and "gl.CoalescedLayout()" in str(width)
+    warps = _advice(b"k.py:3:4: error: Result has an invalid layout: #ttg.blocked<{}>.\n"
+                    b"Layout has 1 warps per CTA, but the context requires 4 warps per CTA.\n",
+                    RuntimeError("error encountered during parsing"))
+    assert str(warps).startswith("k.py:3:4: this Gluon layout spreads over 1 warps") and "num_warps=1" in str(warps)
+    ptxas = RuntimeError("PTXAS error: Internal Triton PTX codegen error\n`ptxas` stderr:\nptxas /tmp/k.ptx, line 41; "
+                         "error   : Modifier '.volatile' cannot be combined with modifier '.ca'\n")
+    assert str(_advice(b"", ptxas)) == iris.device.VOLATILE_WITH_CACHE_MODIFIER.format(modifier=".ca")
 
 
 # -- multi-rank, real processes --------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Gluon kernels as upstream Iris writes them (layout-less ranges) compile for sm_90, checked here without a
-GPU by Triton's own compiler (tests/sm90_compile.py); tests/gpu/ runs them on GPUs."""
+"""Kernels compiled for sm_90 without a GPU, by Triton's own compiler (tests/sm90_compile.py, one subprocess):
+Gluon kernels as upstream Iris writes them (layout-less ranges) compile; what NVIDIA refuses (an AMD warp
+width, a volatile load with a cache modifier) is refused with advice. tests/gpu/ runs them on GPUs."""
 
 from __future__ import annotations
 
@@ -7,25 +8,61 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+
+import pytest
+
+from iris.device import VOLATILE_WITH_CACHE_MODIFIER
 
 from .multirank import ROOT
 
 COALESCED_4_WARPS = "sizePerThread = [1], threadsPerWarp = [32], warpsPerCTA = [4]"
 
 
-def test_layoutless_kernels_compile_for_sm90_and_explicit_layouts_stay():
-    env = {**os.environ, "IRIS_BACKEND": "cuda", "PYTHONPATH": str(ROOT)}  # cuda: no interpreter, GPU compiler
-    done = subprocess.run([sys.executable, "-m", "tests.sm90_compile"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+@pytest.fixture(scope="module")
+def sm90():
+    # The GPU compiler, not the interpreter that importing iris here switched on (TRITON_INTERPRET=1); and
+    # a temporary directory that goes away, since ptxas's failed compile leaves its PTX there.
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    with tempfile.TemporaryDirectory() as scratch:
+        env.update(IRIS_BACKEND="cuda", PYTHONPATH=str(ROOT), TMPDIR=scratch)
+        done = subprocess.run([sys.executable, "-m", "tests.sm90_compile"], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.splitlines()[-1])
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_layoutless_kernels_compile_and_explicit_layouts_stay(sm90):
     # DESIGN.md's as_remote example, verbatim, and every IrisDeviceCtx method: anchored to a coalesced layout
     for kernel in ("read_from_peer", "every_method"):
-        assert len(results[kernel]) == 1 and COALESCED_4_WARPS in results[kernel][0], results[kernel]
+        assert len(sm90[kernel]) == 1 and COALESCED_4_WARPS in sm90[kernel][0], sm90[kernel]
     # an explicit BlockedLayout([2], ...) is the user's and comes through unchanged
-    assert results["blocked_copy"] == [
+    assert sm90["blocked_copy"] == [
         "#blocked = #ttg.blocked<{sizePerThread = [2], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>"]
     # nothing to anchor in a kernel without iris calls: the real compiler error becomes advice
-    assert results["no_iris_call"]["compiler"] == "PassManager::run failed"
-    assert "gluon_auto_layout_kernels.py:" in results["no_iris_call"]["advice"]
-    assert "gl.CoalescedLayout()" in results["no_iris_call"]["advice"]
+    assert sm90["no_iris_call"]["compiler"] == "PassManager::run failed"
+    assert "gluon_auto_layout_kernels.py:" in sm90["no_iris_call"]["advice"]
+    assert "gl.CoalescedLayout()" in sm90["no_iris_call"]["advice"]
+
+
+def test_amd_warp_width_gets_advice_naming_the_line(sm90):
+    hint = sm90["amd_layout_load"]
+    assert hint["compiler"] == "error encountered during parsing"  # all Triton raises; MLIR's reason is on fd 2
+    where, advice = hint["advice"].split(": ", 1)
+    source = (ROOT / "tests" / "portability_kernels.py").read_text().splitlines()
+    line = next(n for n, text in enumerate(source, 1) if "gl.arange(0, BLOCK, layout=layout)" in text)
+    assert f"tests/portability_kernels.py:{line}:" in where, where  # the gl.arange that uses the layout
+    assert advice.startswith("this Gluon layout has 64 threads per warp, but a warp has 32 threads")
+    assert "gl.BlockedLayout([1], [32], [num_warps], [0])" in advice and "gl.CoalescedLayout()" in advice
+
+
+def test_volatile_load_with_cache_modifier_refused_by_iris_and_explained_for_plain_loads(sm90):
+    for api in ("functional", "device_context", "gluon"):
+        for modifier in (".ca", ".cg"):
+            refusal = sm90["volatile_load"][f"{api} {modifier}"]
+            assert refusal.startswith(VOLATILE_WITH_CACHE_MODIFIER.format(modifier=modifier)), refusal
+            assert "refuses it on the CPU too" in refusal
+    assert sm90["volatile_load"]["gluon .cv"] == "compiled"  # PTX takes ld.volatile for .cv
+    plain = sm90["volatile_load_plain"]  # tl.load: iris cannot see it, ptxas refuses it
+    assert "Modifier '.volatile' cannot be combined with modifier '.cg'" in plain["compiler"]
+    assert plain["advice"] == VOLATILE_WITH_CACHE_MODIFIER.format(modifier=".cg")

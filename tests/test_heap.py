@@ -75,7 +75,7 @@ def test_creation_family_and_offsets_agree(world):
 @pytest.mark.parametrize("world", [2, 4])
 def test_as_remote_reads_and_writes_reach_the_owner(world):
     errors = run_ranks(world, f"{CASES}:as_remote_host")[0]
-    assert f"in [0, {world})" in errors[0]
+    assert f"rank {world} is out of range: the valid ranks are 0 to {world - 1}" in errors[0]
     assert "ctx.zeros" in errors[-1]
 
 
@@ -108,8 +108,8 @@ def test_logging_names_rank_and_world(tmp_path):
     for r in ranks:
         assert r.process.wait(timeout=120) == 0, r.log()
     logs = [r.log() for r in ranks]
-    assert "[iris 0/2] INFO info line" in logs[0] and "[iris 1/2] DEBUG debug line" in logs[1]
-    assert "hidden" not in logs[0] and "[iris 0/2] WARNING warned" in logs[0]
+    assert "[Iris] [0/2] info line" in logs[0] and "[Iris] [1/2] debug line" in logs[1]
+    assert "hidden" not in logs[0] and "[Iris] [0/2] WARNING: warned" in logs[0]
 
 
 def test_heap_files_are_private_and_unlinked_once_mapped():

@@ -68,14 +68,14 @@ def block_size(ctx, config: Config) -> int:
     """Elements per program step of the flat kernels."""
     if config.block_size is not None:
         return config.block_size
-    return 4096 if ctx.device.type == "cuda" else 1024
+    return 4096 if ctx.get_device().type == "cuda" else 1024
 
 
 def programs(ctx, config: Config, blocks: int) -> int:
     """Programs to launch for ``blocks`` units of work: all resident at once, since they wait on peers."""
-    limit = ctx.get_cu_count() if ctx.device.type == "cuda" else CPU_PROGRAMS
+    limit = ctx.get_cu_count() if ctx.get_device().type == "cuda" else CPU_PROGRAMS
     if config.comm_sms is not None:
-        if ctx.device.type == "cuda" and config.comm_sms > limit:
+        if ctx.get_device().type == "cuda" and config.comm_sms > limit:
             raise ValueError(f"rank {ctx.cur_rank}: comm_sms={config.comm_sms} exceeds the {limit} SMs of "
                              f"{ctx.device}; programs wait on other ranks, so all must be resident: "
                              f"use at most {limit}")

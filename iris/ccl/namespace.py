@@ -76,3 +76,12 @@ class CCL:
     def barrier(self, group=None) -> None:
         """Device-side barrier over all ranks (see :func:`iris.ccl.device_barrier`)."""
         self._keep("barrier", None, device_barrier(self._ctx, group, self._cached("barrier", None)))
+
+    def barrier_state(self) -> dict:
+        """The device barrier's flags per group, ``{None: flags}`` once a barrier ran (None: all ranks).
+
+        The flags keep their address from the first barrier on, so barriers captured in a CUDA graph later
+        keep working; upstream Iris shows the same as ``ctx._device_barrier_state``.
+        """
+        workspace = self._cached("barrier", None)
+        return {} if workspace is None else {None: workspace.flags}

@@ -1,13 +1,16 @@
-"""Alias for code written against older Iris docs: ``import iris.experimental.iris_gluon as iris_gl``.
+"""Where upstream Iris's documentation puts its Gluon host API: ``import iris.experimental.iris_gluon as iris_gl``.
 
-Same names as :mod:`iris.iris_gluon`: ``iris(heap_size)`` and ``IrisDeviceCtx``.
+The same names as :mod:`iris.iris_gluon`: ``iris(heap_size)``, :class:`~iris.iris_gluon.IrisGluon` and
+``IrisDeviceCtx``.
 
 Examples
 --------
 >>> import iris.experimental.iris_gluon as iris_gl
 >>> ctx = iris_gl.iris(64 << 20)      # doctest: +SKIP
+>>> ctx.get_backend() is ctx.get_device_context()      # doctest: +SKIP
+True
 """
 
-from ..iris_gluon import IrisDeviceCtx, iris
+from ..iris_gluon import IrisDeviceCtx, IrisGluon, iris
 
-__all__ = ["IrisDeviceCtx", "iris"]
+__all__ = ["IrisDeviceCtx", "IrisGluon", "iris"]

@@ -8,6 +8,7 @@ Examples
 --------
 >>> heap = SymmetricHeap(64 << 20, group, backend="cpu")          # doctest: +SKIP
 >>> x = heap.allocate((4, 8), torch.float32, label="x")           # doctest: +SKIP
+>>> flat = heap.allocate(32, torch.float32)                        # upstream's form: an element count  # doctest: +SKIP
 >>> peer_x = heap.as_remote(x, rank=1)                              # doctest: +SKIP
 >>> heap.bases[1] + heap.find(x).offset == peer_x.data_ptr()        # doctest: +SKIP
 True
@@ -16,6 +17,7 @@ True
 from __future__ import annotations
 
 import math
+import operator
 import weakref
 from dataclasses import dataclass
 
@@ -86,16 +88,22 @@ class SymmetricHeap:
         self.size = self.memory.size
         self.bases: list[int] = list(self.memory.bases)
         self.device = self.memory.device
+        # Debug checks in kernels need the heap size; it rides just before heap_bases[0] (see iris.device),
+        # where upstream's layout leaves room.
+        sized_bases = torch.tensor([self.size, *self.bases], dtype=torch.int64, device=self.device)
+        self.heap_bases = sized_bases[1:]
         self._allocator = Allocator(self.size, alignment)
         self._live: dict[int, _Allocation] = {}
         self._count = 0
 
     # -- allocation -------------------------------------------------------------------------------
-    def allocate(self, shape, dtype: torch.dtype, label: str | None = None) -> torch.Tensor:
-        """Collectively allocate an uninitialised tensor of ``shape`` and ``dtype``; same offset on every rank."""
-        shape = tuple(int(s) for s in shape)
-        if any(s < 0 for s in shape):
-            raise ValueError(f"rank {self.rank}: negative dimension in shape {list(shape)}")
+    def allocate(self, size, dtype: torch.dtype, label: str | None = None) -> torch.Tensor:
+        """Collectively allocate an uninitialised tensor; same offset on every rank.
+
+        ``size`` is an element count (upstream's ``allocate(num_elements, dtype)``: a flat tensor) or a
+        shape. ``label`` names the allocation in the inspectors.
+        """
+        shape = self._shape(size)
         nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
         request = (nbytes, str(dtype), shape)
         unreferenced = sorted(offset for offset, a in self._live.items() if not a.referenced)
@@ -113,6 +121,16 @@ class SymmetricHeap:
         info = AllocationInfo(offset, nbytes, dtype, shape, label)
         self._live[offset] = _Allocation(info, reserved, weakref.ref(owner))
         return tensor
+
+    def _shape(self, size) -> tuple[int, ...]:
+        dims = tuple(size) if isinstance(size, tuple | list | torch.Size) else (size,)
+        if any(isinstance(d, bool) or not hasattr(d, "__index__") for d in dims):
+            raise TypeError(f"rank {self.rank}: allocate takes an element count or a shape of ints, got {size!r}: "
+                            "pass e.g. heap.allocate(6, torch.float32) or heap.allocate((2, 3), torch.float32)")
+        shape = tuple(operator.index(d) for d in dims)
+        if any(s < 0 for s in shape):
+            raise ValueError(f"rank {self.rank}: negative dimension in shape {list(shape)}: sizes must be >= 0")
+        return shape
 
     def _release(self, offsets) -> None:
         # Every rank computes the same set (the intersection), so allocator states stay identical.
@@ -152,8 +170,8 @@ class SymmetricHeap:
             return None
         return self._live.get(tensor.untyped_storage().data_ptr() - self.bases[self.rank])
 
-    def owns(self, tensor: torch.Tensor) -> bool:
-        """True if ``tensor`` is (a view of) an allocation of this rank's heap."""
+    def is_symmetric(self, tensor: torch.Tensor) -> bool:
+        """True if ``tensor`` is (a view of) an allocation of this rank's heap (upstream's name)."""
         return self._allocation_of(tensor) is not None
 
     def find(self, tensor: torch.Tensor) -> AllocationInfo:
@@ -178,9 +196,12 @@ class SymmetricHeap:
 
     def as_remote(self, tensor: torch.Tensor, rank: int) -> torch.Tensor:
         """Zero-copy view of ``rank``'s copy of ``tensor``: same shape, dtype, strides and storage offset."""
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise ValueError(f"rank {self.rank}: as_remote rank must be an int, got {rank!r}")
+        if not 0 <= rank < self.world_size:
             raise ValueError(
-                f"rank {self.rank}: as_remote rank must be an int in [0, {self.world_size}), got {rank!r}"
+                f"rank {self.rank}: as_remote rank {rank} is out of range: the valid ranks are "
+                f"0 to {self.world_size - 1}"
             )
         allocation = self._live[self.find(tensor).offset]
         raw, _ = self.memory.view(rank, allocation.info.offset, allocation.reserved)

@@ -1,4 +1,5 @@
-"""GPU-only rank code for tests/gpu/test_device_cuda.py: Gluon layouts compiled for real, debug asserts."""
+"""GPU-only rank code for tests/gpu/test_device_cuda.py: Gluon layouts compiled for real, the advice for what NVIDIA
+refuses (a layout-less range, AMD's 64-wide warps, a volatile load with a cache modifier), debug asserts."""
 
 import torch
 from triton.experimental import gluon
@@ -7,6 +8,7 @@ from triton.experimental.gluon import language as gl
 import iris
 from iris.gluon import IrisDeviceCtx, layout_hints
 from tests.gluon_auto_layout_kernels import no_iris_call
+from tests.portability_kernels import amd_layout_load, volatile_load_plain
 from tests.rank_cases_device import _debug_setup, _expect, put_block, read_from_peer
 
 
@@ -31,8 +33,8 @@ def read_from_peer_blocked(IrisDeviceCtx: gl.constexpr, context_tensor, buf, out
 
 
 def gluon_layouts_on_gpu():
-    """Layout-less kernels as upstream writes them run (IrisDeviceCtx anchors them), explicit layouts run, and
-    a layout-less kernel with no iris call fails with our advice."""
+    """Layout-less kernels as upstream writes them run (IrisDeviceCtx anchors them), explicit layouts run; a
+    layout-less kernel with no iris call, AMD's 64-wide warps and a plain volatile .cg load fail with advice."""
     ctx = iris.iris("64MiB", backend="cuda")
     r, n = ctx.cur_rank, ctx.num_ranks
     peer = (r + 1) % n
@@ -46,16 +48,24 @@ def gluon_layouts_on_gpu():
     out.zero_()
     read_from_peer_blocked[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out, peer, 256, num_warps=4)
     _expect("read_from_peer with BlockedLayout", out, torch.full((256,), float(peer)))
+    advice = {
+        "no_iris_call": _advice(lambda: no_iris_call[(1,)](buf, out, 64)),
+        "amd_layout_load": _advice(lambda: amd_layout_load[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out,
+                                                                 peer, 64, num_warps=1)),
+        "volatile_load_plain": _advice(lambda: volatile_load_plain[(1,)](buf, out, ".cg", 64)),
+    }
+    ctx.barrier()
+    return {"rank": r, **advice}
+
+
+def _advice(launch) -> dict:
+    """What :func:`layout_hints` says about a launch the GPU compiler refuses, and the compiler's own error."""
     try:
         with layout_hints():
-            no_iris_call[(1,)](buf, out, 64)
+            launch()
     except RuntimeError as error:
-        advice, compiler = str(error), str(error.__cause__)
-    else:
-        raise AssertionError("a layout-less gl.arange with nothing to anchor it compiled on the GPU: drop the "
-                             "advice from iris.gluon")
-    ctx.barrier()
-    return {"rank": r, "advice": advice, "compiler": compiler}
+        return {"advice": str(error), "compiler": str(error.__cause__)}
+    raise AssertionError("the GPU compiled a kernel that triton 3.6 refuses: update iris.hints and this test")
 
 
 def debug_mode_stops_bad_pointer_on_gpu():

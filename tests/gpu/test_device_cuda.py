@@ -3,9 +3,10 @@ only a GPU can show (Gluon layouts compiled for real, device-side debug asserts)
 
 Run on a GPU machine by tests/gpu/run_gpu_checks.sh; ranks share GPUs when there are more ranks than GPUs.
 Gluon kernels here run as upstream writes them, with layout-less ``gl.arange`` (``IrisDeviceCtx`` anchors
-them to ``gl.CoalescedLayout()``), and with explicit layouts; a layout-less kernel with no iris call still
-fails on a GPU in triton 3.6 ("'tt.make_range' op Failed to infer return type"), and
-``iris.gluon.layout_hints()`` turns that failure into advice.
+them to ``gl.CoalescedLayout()``), and with explicit layouts; what triton 3.6 still refuses on a GPU (a
+layout-less kernel with no iris call, AMD's ``BlockedLayout([1], [64], [1], [0])``, a plain volatile load
+with ``.cg``) fails with the advice of ``iris.gluon.layout_hints()``. Upstream's ``IrisGluon`` host class
+runs its CPU rank case here on GPUs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import pytest
 import torch
 
-from iris.device import OUT_OF_HEAP
+from iris.device import OUT_OF_HEAP, VOLATILE_WITH_CACHE_MODIFIER
 from tests.multirank import run_ranks, start_ranks, stop
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -39,15 +40,26 @@ def test_spin_lock_ring_messages_and_as_remote():
     run_ranks(WORLD, f"{CASES}:synchronisation_and_as_remote", env=CUDA)
 
 
-def test_gluon_layoutless_kernels_run_and_unanchorable_range_gets_advice():
+def test_gluon_layoutless_kernels_run_and_what_nvidia_refuses_gets_advice():
     for r in run_ranks(WORLD, f"{GPU_CASES}:gluon_layouts_on_gpu", env=CUDA):
-        assert "gl.CoalescedLayout()" in r["advice"] and "gluon_auto_layout_kernels.py:" in r["advice"]
-        assert r["compiler"] == "PassManager::run failed"
+        layoutless, amd, volatile = r["no_iris_call"], r["amd_layout_load"], r["volatile_load_plain"]
+        assert "gluon_auto_layout_kernels.py:" in layoutless["advice"], layoutless
+        assert "gl.CoalescedLayout()" in layoutless["advice"]
+        assert layoutless["compiler"] == "PassManager::run failed"
+        assert "portability_kernels.py:" in amd["advice"] and "64 threads per warp" in amd["advice"], amd
+        assert "gl.CoalescedLayout()" in amd["advice"] and amd["compiler"] == "error encountered during parsing"
+        assert volatile["advice"] == VOLATILE_WITH_CACHE_MODIFIER.format(modifier=".cg"), volatile
+        assert "Modifier '.volatile' cannot be combined with modifier '.cg'" in volatile["compiler"]
 
 
-def test_debug_mode_device_assert_names_the_check():
+def test_iris_gluon_host_class():
+    results = run_ranks(WORLD, "tests.rank_cases_gluon_host:every_documented_method", env=CUDA)
+    assert all(r["seed"] == 1235 and r["world"] == WORLD for r in results)
+
+
+def test_debug_mode_device_assert_names_the_check(tmp_path):
     debug = {**CUDA, "IRIS_DEBUG": "1"}
-    ranks = start_ranks(2, f"{GPU_CASES}:debug_mode_stops_bad_pointer_on_gpu", env=debug)
+    ranks = start_ranks(2, f"{GPU_CASES}:debug_mode_stops_bad_pointer_on_gpu", env=debug, workdir=tmp_path)
     try:
         for r in ranks:
             r.process.wait(timeout=300)

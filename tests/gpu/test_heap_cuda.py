@@ -46,3 +46,10 @@ def test_broadcast():
 def test_kernel_reads_peer_heap_through_translation():
     results = run_ranks(WORLD, "tests.gpu.rank_cases_cuda:kernel_ring_exchange", env=CUDA)
     assert all(r["ok"] for r in results), results
+
+
+def test_upstream_host_api_on_gpu():
+    """ctx.device is "cuda:N", heap_bases and the barrier flags on the GPU, channels-last strides on the heap."""
+    for rank, r in enumerate(run_ranks(WORLD, "tests.rank_cases_upstream_host:upstream_host_api", env=CUDA)):
+        assert r["as_remote_messages"][0] == (f"rank {rank}: as_remote rank {WORLD} is out of range: "
+                                              f"the valid ranks are 0 to {WORLD - 1}")

@@ -112,7 +112,7 @@ def heap_map() -> dict:
     ctx = namespace["ctx"]
     names: dict[int, list[str]] = {}
     for name, value in list(namespace.items()):
-        if not name.startswith("_") and isinstance(value, torch.Tensor) and ctx.heap.owns(value):
+        if not name.startswith("_") and isinstance(value, torch.Tensor) and ctx.heap.is_symmetric(value):
             names.setdefault(ctx.heap.find(value).offset, []).append(name)
     usage = ctx.heap_usage()
     allocations = [
