@@ -82,8 +82,8 @@ class Iris:
         self.debug(f"heap of {self.heap_size} bytes on {self.device} ({self.backend} backend), bases {self.heap.bases}")
 
     def __repr__(self) -> str:
-        return (f"Iris(rank={self.cur_rank}, num_ranks={self.num_ranks}, backend={self.backend!r}, "
-                f"device={self.device!r}, heap_size={self.heap_size})")
+        return (f"{type(self).__name__}(rank={self.cur_rank}, num_ranks={self.num_ranks}, "
+                f"backend={self.backend!r}, device={self.device!r}, heap_size={self.heap_size})")
 
     # -- tensor creation (iris.tensor_creation, with this heap and its device) ----------------------
     def empty(self, *size, out=None, dtype=None, layout=torch.strided, device=None, requires_grad=False,
@@ -323,17 +323,17 @@ class Iris:
         return self.group.broadcast_object(value, src=src)
 
     # -- logging --------------------------------------------------------------------------------
-    def debug(self, msg: str) -> None:
-        _log.log(_log.DEBUG, msg, self.cur_rank, self.num_ranks)
+    def debug(self, message: str) -> None:
+        _log.log(_log.DEBUG, message, self.cur_rank, self.num_ranks)
 
-    def info(self, msg: str) -> None:
-        _log.log(_log.INFO, msg, self.cur_rank, self.num_ranks)
+    def info(self, message: str) -> None:
+        _log.log(_log.INFO, message, self.cur_rank, self.num_ranks)
 
-    def warning(self, msg: str) -> None:
-        _log.log(_log.WARNING, msg, self.cur_rank, self.num_ranks)
+    def warning(self, message: str) -> None:
+        _log.log(_log.WARNING, message, self.cur_rank, self.num_ranks)
 
-    def error(self, msg: str) -> None:
-        _log.log(_log.ERROR, msg, self.cur_rank, self.num_ranks)
+    def error(self, message: str) -> None:
+        _log.log(_log.ERROR, message, self.cur_rank, self.num_ranks)
 
 
 def iris(heap_size: int | str = 1 << 30, allocator_type: str | None = None, *, backend: str | None = None,

@@ -25,6 +25,8 @@ Examples
 >>> ring_put[(1,)](buf, ctx.get_heap_bases(), ctx.cur_rank, ctx.num_ranks, BLOCK=64)   # doctest: +SKIP
 """
 
+import warnings
+
 import triton
 import triton.language as tl
 from triton.language.core import _aggregate as aggregate
@@ -62,24 +64,39 @@ class VolatileCacheModifierError(ValueError):
     """A load asked for ``volatile=True`` with a cache modifier PTX cannot combine with it (``.ca``, ``.cg``)."""
 
     def __init__(self, modifier: str):
-        super().__init__(VOLATILE_WITH_CACHE_MODIFIER.format(modifier=modifier) + " iris refuses it on the CPU "
-                         "too, so that a kernel that runs there also compiles for a GPU.")
+        super().__init__(VOLATILE_WITH_CACHE_MODIFIER.format(modifier=modifier))
+
+
+class VolatileCacheModifierWarning(UserWarning):
+    """The same load on the CPU interpreter, which runs it (as AMD GPUs do) but an NVIDIA GPU would not."""
+
+    def __init__(self, modifier: str):
+        super().__init__(VOLATILE_WITH_CACHE_MODIFIER.format(modifier=modifier) + " The CPU interpreter runs it; "
+                         "a GPU compile would fail.")
 
 
 @triton.constexpr_function
 def check_volatile_load(cache_modifier, volatile):
-    """Refuse a volatile load with a cache modifier that PTX cannot express, when the kernel is compiled.
+    """A volatile load with a cache modifier that PTX cannot express: refused when compiling for a GPU, a
+    warning on the CPU interpreter.
 
     Called by every iris load that takes ``volatile`` (``iris.load``, ``DeviceContext.load``,
-    ``IrisDeviceCtx.load``), on the CPU interpreter too: a kernel must not run there and then fail to
-    compile for a GPU. A constexpr function, so the check costs nothing in the compiled kernel. (It raises
-    a class, not a formatted string: Triton rejects any other callable a kernel's code refers to.)
+    ``IrisDeviceCtx.load``). Why not refused everywhere: upstream Iris's code and tests use such loads (AMD
+    GPUs accept them) and are to run here unchanged, and the interpreter loses nothing by running them; the
+    warning says that the same kernel will not compile for an NVIDIA GPU, and what to change. A constexpr
+    function, so the check costs nothing in the compiled kernel. (It raises and warns with classes, not
+    formatted strings, through a class: Triton rejects any other callable a kernel's code refers to.)
 
     Raises
     ------
     VolatileCacheModifierError
         A ``ValueError`` saying :data:`VOLATILE_WITH_CACHE_MODIFIER`, for ``volatile=True`` with ``".ca"``
-        or ``".cg"``. On a GPU, Triton reports it as the cause of a ``CompilationError`` at the call.
+        or ``".cg"`` compiled for a GPU; Triton reports it as the cause of a ``CompilationError`` at the call.
+
+    Warns
+    -----
+    VolatileCacheModifierWarning
+        The same, on the CPU interpreter (once per call site, as Python's warnings are).
 
     Examples
     --------
@@ -88,8 +105,19 @@ def check_volatile_load(cache_modifier, volatile):
     Traceback (most recent call last):
     iris.device.VolatileCacheModifierError: a load with volatile=True cannot take cache_modifier='.cg': ...
     """
-    if volatile and cache_modifier in PTX_REFUSES_VOLATILE_WITH:
-        raise VolatileCacheModifierError(cache_modifier)
+    _VolatileLoadCheck(cache_modifier, volatile)
+
+
+class _VolatileLoadCheck:
+    """The body of :func:`check_volatile_load`, as a class: Triton lets kernel code (constexpr functions
+    included) refer to classes but not to functions such as ``warnings.warn``."""
+
+    def __init__(self, cache_modifier, volatile):
+        if not (volatile and cache_modifier in PTX_REFUSES_VOLATILE_WITH):
+            return
+        if not triton.knobs.runtime.interpret:
+            raise VolatileCacheModifierError(cache_modifier)
+        warnings.warn(VolatileCacheModifierWarning(cache_modifier), stacklevel=4)  # at the kernel's call
 
 
 @triton.jit

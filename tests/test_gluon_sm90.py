@@ -60,8 +60,7 @@ def test_volatile_load_with_cache_modifier_refused_by_iris_and_explained_for_pla
     for api in ("functional", "device_context", "gluon"):
         for modifier in (".ca", ".cg"):
             refusal = sm90["volatile_load"][f"{api} {modifier}"]
-            assert refusal.startswith(VOLATILE_WITH_CACHE_MODIFIER.format(modifier=modifier)), refusal
-            assert "refuses it on the CPU too" in refusal
+            assert refusal == VOLATILE_WITH_CACHE_MODIFIER.format(modifier=modifier), refusal
     assert sm90["volatile_load"]["gluon .cv"] == "compiled"  # PTX takes ld.volatile for .cv
     plain = sm90["volatile_load_plain"]  # tl.load: iris cannot see it, ptxas refuses it
     assert "Modifier '.volatile' cannot be combined with modifier '.cg'" in plain["compiler"]
