@@ -28,7 +28,7 @@ def _activate_interpreter_if_cpu() -> None:
 _activate_interpreter_if_cpu()
 
 from . import ccl, tensor_creation  # noqa: E402
-from .context import Iris, iris  # noqa: E402
+from .context import GluonContext, Iris, TritonContext, iris  # noqa: E402
 from .device import (  # noqa: E402
     DeviceContext,
     IrisDebugError,
@@ -49,11 +49,13 @@ from .device import (  # noqa: E402
 )
 from .heap import AllocationDivergence  # noqa: E402
 from .logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # noqa: E402
+from .tracing import TraceEvent  # noqa: E402
 
 __all__ = [
     "DEBUG", "ERROR", "INFO", "WARNING", "AllocationDivergence", "Iris", "ccl", "iris", "logger", "set_logger_level",
-    "tensor_creation",
-    # device API (iris.device); the Gluon context is iris.gluon.IrisDeviceCtx
+    "tensor_creation", "TraceEvent",
+    # device API (iris.device); the Gluon context is iris.gluon.IrisDeviceCtx; upstream's names for the two
+    "GluonContext", "TritonContext",
     "DeviceContext", "IrisDebugError", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min",
     "atomic_or", "atomic_sub", "atomic_xchg", "atomic_xor", "copy", "get", "load", "put", "store",
 ]

@@ -28,11 +28,12 @@ from . import tensor_creation
 from .backend import choose_allocator, choose_backend
 from .ccl import CCL
 from .device import HEAP_SIZE_SLOT, enable_debug_checks
+from .device import DeviceContext as TritonContext  # noqa: F401  (upstream's name, iris.context.TritonContext)
 from .distributed import HostGroup
+from .gluon import IrisDeviceCtx as GluonContext  # noqa: F401  (upstream's name, iris.context.GluonContext)
 from .heap import SymmetricHeap, Usage
 from .sizes import parse_size
-
-TRACING_SLOTS = 17  # upstream Iris's device-context tail (no tracing: zero but for the heap size)
+from .tracing import Tracing
 
 
 class Iris:
@@ -69,12 +70,14 @@ class Iris:
         self.device = str(self.heap.device)
         self.gpu_id = self.heap.device.index if self.backend == "cuda" else None
         self.heap_bases = self.heap.heap_bases
-        tracing_slots = [0] * TRACING_SLOTS
-        tracing_slots[HEAP_SIZE_SLOT] = self.heap_size  # for debug checks in kernels (see iris.device)
+        # Tracing slots zero until ctx.tracing.enable() fills them; then the heap size, for debug checks
+        # in kernels (see iris.device).
+        tail = [0] * (HEAP_SIZE_SLOT + 1)
+        tail[HEAP_SIZE_SLOT] = self.heap_size
         self._device_context = torch.tensor(
-            [self.cur_rank, self.num_ranks, *self.heap.bases] + tracing_slots,
-            dtype=torch.int64, device=self.heap.device,
+            [self.cur_rank, self.num_ranks, *self.heap.bases] + tail, dtype=torch.int64, device=self.heap.device,
         )
+        self.tracing = Tracing(self)  # device tracing: ctx.tracing.enable(), reset(), export()
         if self.debug_mode:
             enable_debug_checks(self.cur_rank)
         self.ccl = CCL(self)  # collectives as methods: ctx.ccl.all_reduce(out, inp), ...
@@ -201,9 +204,19 @@ class Iris:
         return tensor_creation.randn_like(self.heap, self.device, input, dtype=dtype, layout=layout, device=device,
                                           requires_grad=requires_grad, memory_format=memory_format, name=name)
 
-    def __allocate(self, num_elements: int, dtype: torch.dtype) -> torch.Tensor:
-        # Upstream's private spelling, which its tests call as ctx._Iris__allocate(n, dtype).
+    def allocate(self, num_elements: int, dtype: torch.dtype) -> torch.Tensor:
+        """A flat uninitialised tensor of ``num_elements`` on the heap (collective), as upstream's
+        ``allocate``; ``ctx.heap.allocate`` is the same."""
         return tensor_creation.allocate(self.heap, num_elements, dtype)
+
+    # Upstream's private spellings, which its tests call (ctx._Iris__allocate(n, dtype), ...).
+    __allocate = allocate
+
+    def __on_symmetric_heap(self, tensor: torch.Tensor) -> bool:
+        return self.is_symmetric(tensor)
+
+    def __is_valid_device(self, device) -> bool:
+        return tensor_creation.is_valid_device(device, self.get_device())
 
     # -- the heap -------------------------------------------------------------------------------
     def is_symmetric(self, tensor: torch.Tensor) -> bool:
@@ -251,7 +264,11 @@ class Iris:
         return self.heap_bases
 
     def get_device_context(self) -> torch.Tensor:
-        """int64 tensor ``[cur_rank, num_ranks, heap_base_0 ... heap_base_{n-1}, 17 tracing slots]`` for kernels."""
+        """int64 tensor ``[cur_rank, num_ranks, heap_base_0 ... heap_base_{n-1}, 17 tracing slots, heap_size]``.
+
+        Upstream's layout (the heap size after it is ours: debug checks read it); the tracing slots are
+        zero until :meth:`iris.tracing.Tracing.enable` fills them (:mod:`iris.tracing.events`).
+        """
         return self._device_context
 
     def heap_usage(self) -> Usage:

@@ -31,11 +31,14 @@ import triton
 import triton.language as tl
 from triton.language.core import _aggregate as aggregate
 
-# The device context is upstream's ``[cur_rank, num_ranks, base_0 .. base_{n-1}, 17 tracing slots]``.
-# iris-workbench has no device tracing, so the slots stay zero except the last (the payload-size
-# buffer of upstream's tracer, read only by kernels that enable tracing), which holds the heap size
-# for debug checks. Relative to ``heap_bases = context + 2`` it sits at ``num_ranks + HEAP_SIZE_SLOT``.
-HEAP_SIZE_SLOT = 16
+from .tracing.device import DeviceTracing, initialize_tracing
+from .tracing.events import TRACING_SLOTS, TraceEvent
+
+# The device context is upstream's ``[cur_rank, num_ranks, base_0 .. base_{n-1}, 17 tracing slots]``
+# (iris.tracing.events) followed by one entry of ours: the heap size, for debug checks. Upstream uses
+# all 17 tracing slots, so the heap size comes after them; relative to ``heap_bases = context + 2`` it
+# sits at ``num_ranks + HEAP_SIZE_SLOT``.
+HEAP_SIZE_SLOT = TRACING_SLOTS
 _HEAP_SIZE_SLOT = tl.constexpr(HEAP_SIZE_SLOT)
 
 # ``get_heap_bases()`` is a view starting one entry into ``[heap_size, base_0 .. base_{n-1}]``, so
@@ -356,23 +359,31 @@ class DeviceContext:
     rank: tl.constexpr
     world_size: tl.constexpr
     heap_bases: tl.tensor
+    tracing: DeviceTracing
 
     # A constexpr_function because Triton hashes an aggregate's __init__ into kernels' cache keys and
     # accepts only jit-callables there; it receives plain values, hence the constexpr wrapping.
     @triton.constexpr_function
-    def __init__(self, rank, world_size, heap_bases):
+    def __init__(self, rank, world_size, heap_bases, tracing):
         self.rank = tl.constexpr(rank)
         self.world_size = tl.constexpr(world_size)
         self.heap_bases = heap_bases
+        self.tracing = tracing
 
     @staticmethod
     @triton.jit
-    def initialize(context_tensor, rank: tl.constexpr, world_size: tl.constexpr):
-        """Decode ``context_tensor``; ``rank``/``world_size`` must be this rank's (checked in debug mode)."""
+    def initialize(context_tensor, rank: tl.constexpr, world_size: tl.constexpr, tracing: tl.constexpr = False):
+        """Decode ``context_tensor``; ``rank``/``world_size`` must be this rank's (checked in debug mode).
+
+        ``tracing=True`` records every operation below into ``ctx.tracing``'s buffers (enable them on the host
+        first: ``ctx.tracing.enable()``) and gives the kernel ``ctx.tracing.record_event_start/end``
+        (:class:`iris.tracing.device.DeviceTracing`). Off, the kernel holds no tracing code.
+        """
         if _debug_checks_on():
             tl.device_assert((tl.load(context_tensor) == rank) & (tl.load(context_tensor + 1) == world_size),
                              _WRONG_RANK)
-        return DeviceContext(rank, world_size, context_tensor + 2)
+        return DeviceContext(rank, world_size, context_tensor + 2,
+                             initialize_tracing(context_tensor, world_size, tracing))
 
     @triton.jit
     def as_remote(self, ptr, rank, mask=None, hint: tl.constexpr = None):
@@ -390,94 +401,174 @@ class DeviceContext:
     def load(self, pointer, from_rank, mask=None, other=None, cache_modifier=None, volatile=False,
              hint: tl.constexpr = None):
         """Load ``from_rank``'s copy of ``pointer`` (``volatile=True`` with ``".ca"``/``".cg"``: refused)."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().load, from_rank, pointer, tl.program_id(0),
+                                                    tl.program_id(1), mask)
         check_volatile_load(cache_modifier, volatile)
         remote = self.as_remote(pointer, from_rank, mask, hint)
-        return tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+        result = tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
+        return result
 
     @triton.jit
     def store(self, pointer, value, to_rank, mask=None, cache_modifier=None, hint: tl.constexpr = None):
         """Store ``value`` into ``to_rank``'s copy of ``pointer``."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().store, to_rank, pointer, tl.program_id(0),
+                                                    tl.program_id(1), mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         tl.store(remote, value, mask=mask, cache_modifier=cache_modifier)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
 
     @triton.jit
     def get(self, from_ptr, to_ptr, from_rank, mask=None, other=None, load_cache_modifier=None,
             store_cache_modifier=None, hint: tl.constexpr = None):
         """Copy ``from_rank``'s copy of ``from_ptr`` into this rank's ``to_ptr``."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().get, from_rank, from_ptr, tl.program_id(0),
+                                                    tl.program_id(1), mask)
         value = tl.load(self.as_remote(from_ptr, from_rank, mask, hint), mask=mask, other=other,
                         cache_modifier=load_cache_modifier)
         tl.store(to_ptr, value, mask=mask, cache_modifier=store_cache_modifier)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
 
     @triton.jit
     def put(self, from_ptr, to_ptr, to_rank, mask=None, other=None, load_cache_modifier=None,
             store_cache_modifier=None, hint: tl.constexpr = None):
         """Copy this rank's ``from_ptr`` into ``to_rank``'s copy of ``to_ptr``."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().put, to_rank, to_ptr, tl.program_id(0),
+                                                    tl.program_id(1), mask)
         value = tl.load(from_ptr, mask=mask, other=other, cache_modifier=load_cache_modifier)
         remote = self.as_remote(to_ptr, to_rank, mask, hint)
         tl.store(remote, value, mask=mask, cache_modifier=store_cache_modifier)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
 
     @triton.jit
     def copy(self, src_ptr, dst_ptr, from_rank, to_rank, mask=None, other=None, load_cache_modifier=None,
              store_cache_modifier=None, hint: tl.constexpr = None):
         """Copy ``from_rank``'s copy of ``src_ptr`` into ``to_rank``'s copy of ``dst_ptr``."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().copy, to_rank, dst_ptr, tl.program_id(0),
+                                                    tl.program_id(1), mask)
         value = tl.load(self.as_remote(src_ptr, from_rank, mask, hint), mask=mask, other=other,
                         cache_modifier=load_cache_modifier)
         remote = self.as_remote(dst_ptr, to_rank, mask, hint)
         tl.store(remote, value, mask=mask, cache_modifier=store_cache_modifier)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
 
     @triton.jit
     def atomic_add(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic add into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().atomic_add, to_rank, pointer, tl.program_id(0),
+                                                    tl.program_id(1), mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
-        return tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
+        result = tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
+        return result
 
     @triton.jit
     def atomic_sub(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic subtract from ``to_rank``'s copy of ``pointer``; returns the old values."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().atomic_sub, to_rank, pointer, tl.program_id(0),
+                                                    tl.program_id(1), mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
-        return tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
+        result = tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
+        return result
 
     @triton.jit
     def atomic_xchg(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic exchange with ``to_rank``'s copy of ``pointer``; returns the old values."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().atomic_xchg, to_rank, pointer, tl.program_id(0),
+                                                    tl.program_id(1), mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
-        return tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
+        result = tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
+        return result
 
     @triton.jit
     def atomic_xor(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic xor into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().atomic_xor, to_rank, pointer, tl.program_id(0),
+                                                    tl.program_id(1), mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
-        return tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
+        result = tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
+        return result
 
     @triton.jit
     def atomic_and(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic and into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().atomic_and, to_rank, pointer, tl.program_id(0),
+                                                    tl.program_id(1), mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
-        return tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
+        result = tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
+        return result
 
     @triton.jit
     def atomic_or(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic or into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().atomic_or, to_rank, pointer, tl.program_id(0),
+                                                    tl.program_id(1), mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
-        return tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
+        result = tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
+        return result
 
     @triton.jit
     def atomic_min(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic minimum into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().atomic_min, to_rank, pointer, tl.program_id(0),
+                                                    tl.program_id(1), mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
-        return tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
+        result = tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
+        return result
 
     @triton.jit
     def atomic_max(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic maximum into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().atomic_max, to_rank, pointer, tl.program_id(0),
+                                                    tl.program_id(1), mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
-        return tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
+        result = tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
+        return result
 
     @triton.jit
     def atomic_cas(self, pointer, cmp, val, to_rank, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic compare-and-swap on ``to_rank``'s copy of ``pointer``; returns the old values."""
+        if self.tracing.enabled:
+            event = self.tracing.record_event_start(TraceEvent().atomic_cas, to_rank, pointer, tl.program_id(0),
+                                                    tl.program_id(1), None)
         remote = self.as_remote(pointer, to_rank, None, hint)
-        return tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
+        result = tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
+        if self.tracing.enabled:
+            self.tracing.record_event_end(event)
+        return result
 
 
 # -- debug mode ----------------------------------------------------------------------------------

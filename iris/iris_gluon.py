@@ -6,8 +6,8 @@ Everything else it documents (``get_device_context``, ``get_heap_bases``, ``get_
 ``get_device``, ``get_cu_count``, ``zeros``, ``ones``, ``full``, ``zeros_like``, ``is_symmetric``,
 ``debug``/``info``/``warning``/``error`` and ``ccl.all_to_all``/``all_gather``/``reduce_scatter``) is
 :class:`~iris.Iris`'s own, so one context serves Triton and Gluon kernels alike. ``IrisDeviceCtx`` is
-:class:`iris.gluon.IrisDeviceCtx`. The same names are in ``iris.experimental.iris_gluon``, where upstream's
-documentation puts them.
+:class:`iris.gluon.IrisDeviceCtx` (``IrisBackend`` is upstream's older name for it). The same names are in
+``iris.experimental.iris_gluon``, where upstream's documentation puts them.
 
 Examples
 --------
@@ -28,7 +28,10 @@ from .ccl import CCL
 from .context import Iris
 from .gluon import IrisDeviceCtx
 
-__all__ = ["IrisDeviceCtx", "IrisGluon", "iris"]
+# Upstream's older name for the Gluon device context.
+IrisBackend = IrisDeviceCtx
+
+__all__ = ["IrisBackend", "IrisDeviceCtx", "IrisGluon", "iris"]
 
 
 class IrisGluon(Iris):

@@ -24,11 +24,14 @@ BLOCK = 64
 
 @gluon.jit
 def ring_put_and_count(IrisDeviceCtx: gl.constexpr, context_tensor, src, dst, counter, BLOCK: gl.constexpr):
-    """Put this rank's ``src`` into the right neighbour's ``dst``; count the ranks on rank 0's ``counter``."""
+    """Put this rank's ``src`` into the right neighbour's ``dst``; count the ranks on rank 0's ``counter[0]``
+    and, through upstream's older ``_translate``, ``counter[1]``."""
     ctx = IrisDeviceCtx.initialize(context_tensor)
     offs = gl.arange(0, BLOCK)  # no layout, as upstream's examples leave it: IrisDeviceCtx anchors it on a GPU
     ctx.put(src + offs, dst + offs, (ctx.cur_rank + 1) % ctx.num_ranks)
     ctx.atomic_add(counter, 1, 0, sem="release", scope="sys")
+    # upstream's older IrisBackend._translate: rank 0's counter, reached by translating from this rank
+    gl.atomic_add(ctx._translate(counter + 1, ctx.cur_rank, 0), 1, sem="release", scope="sys")
 
 
 def _check(what, ok):
@@ -119,13 +122,13 @@ def _logging(ctx):
 def _kernel_and_collective(ctx):
     r, n = ctx.get_rank(), ctx.get_num_ranks()
     src = ctx.full((BLOCK,), float(r + 1), dtype=torch.float32)
-    dst, counter = ctx.zeros(BLOCK, dtype=torch.float32), ctx.zeros(1, dtype=torch.int32)
+    dst, counter = ctx.zeros(BLOCK, dtype=torch.float32), ctx.zeros(2, dtype=torch.int32)
     ctx.barrier()
     ring_put_and_count[(1,)](iris_gl.IrisDeviceCtx, ctx.get_backend(), src, dst, counter, BLOCK, num_warps=1)
     ctx.barrier()
     _check(f"the left neighbour's put arrived: {dst.cpu().tolist()[:4]}", bool((dst == (r - 1) % n + 1).all()))
     if r == 0:
-        _check(f"every rank counted once on rank 0: {counter.item()}", counter.item() == n)
+        _check(f"every rank counted once on rank 0, twice over: {counter.tolist()}", counter.tolist() == [n, n])
     _check("IrisGluon.CCL is the class of ctx.ccl, with upstream's collectives", isinstance(ctx.ccl, ctx.CCL)
            and all(callable(getattr(ctx.ccl, name)) for name in ("all_to_all", "all_gather", "reduce_scatter")))
     gathered = ctx.zeros(n * 4, dtype=torch.float32)

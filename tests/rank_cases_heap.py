@@ -76,9 +76,9 @@ def creation_family():
     bases = ctx.get_heap_bases()
     assert bases.dtype == torch.int64 and bases.device == ctx.get_device() and bases.shape == (n,)
     dc = ctx.get_device_context()
-    assert dc.dtype == torch.int64 and dc.shape == (2 + n + 17,)
+    assert dc.dtype == torch.int64 and dc.shape == (2 + n + HEAP_SIZE_SLOT + 1,)  # 17 tracing slots, heap size
     assert dc[:2].tolist() == [r, n] and dc[2:2 + n].tolist() == bases.tolist()
-    tracing = dc[2 + n:].tolist()  # zero but for the heap size that debug mode reads (iris.device)
+    tracing = dc[2 + n:].tolist()  # zero (tracing off) but for the heap size that debug mode reads (iris.device)
     assert tracing.pop(HEAP_SIZE_SLOT) == ctx.heap_size and not any(tracing)
     if BACKEND == "cpu":
         assert ctx.get_device() == torch.device("cpu") and ctx.get_device_id() is None

@@ -34,6 +34,16 @@ def _device_is_upstreams_string(ctx):
     assert ctx.zeros(2, device=ctx.device).device == ctx.get_device()  # the string is a valid device= too
 
 
+def _upstream_private_and_older_names(ctx):
+    """Names upstream's own tests call: ctx.allocate, the name-mangled helpers, heap.on_symmetric_heap."""
+    flat = ctx.allocate(6, torch.float16)
+    assert flat.shape == (6,) and flat.dtype == torch.float16 and ctx.is_symmetric(flat)
+    assert ctx._Iris__allocate(3, torch.int32).shape == (3,)
+    assert ctx._Iris__on_symmetric_heap(flat) and ctx.heap.on_symmetric_heap(flat)
+    assert not ctx._Iris__on_symmetric_heap(torch.zeros(2, device=ctx.device))
+    assert ctx._Iris__is_valid_device(ctx.device) and ctx._Iris__is_valid_device(ctx.get_device())
+
+
 def _size_forms(ctx):
     makers = {
         "zeros": ctx.zeros, "ones": ctx.ones, "empty": ctx.empty, "rand": ctx.rand, "randn": ctx.randn,
@@ -201,6 +211,7 @@ def upstream_host_api():
     initial_level = iris.logger.level
     ctx = iris.iris(4 << 20, "torch", backend=BACKEND)
     _device_is_upstreams_string(ctx)
+    _upstream_private_and_older_names(ctx)
     _size_forms(ctx)
     out_messages = _allocate_and_out(ctx)
     _arange_errors(ctx)

@@ -2,8 +2,10 @@
 
 Run as a script with ``IRIS_BACKEND=cuda`` (so that importing iris does not switch Triton to its CPU
 interpreter); it prints one JSON object as its last line: per kernel, the ``#blocked`` layouts of the compiled
-TTGIR, the advice :func:`iris.gluon.layout_hints` gave, or iris's refusal. tests/test_gluon_sm90.py runs it
-(ptxas leaves the PTX of a failed compile in the temporary directory: run it with a ``TMPDIR`` of its own).
+TTGIR, the advice :func:`iris.gluon.layout_hints` gave, or iris's refusal; and for device tracing, how the PTX
+of a kernel with tracing off and on compares with its untraced twin (:func:`tracing_cost`).
+tests/test_gluon_sm90.py runs it (ptxas leaves the PTX of a failed compile in the temporary directory: run it
+with a ``TMPDIR`` of its own).
 
 Examples
 --------
@@ -24,6 +26,7 @@ from iris.gluon import IrisDeviceCtx, layout_hints
 from tests import gluon_auto_layout_kernels as kernels
 from tests import portability_kernels as portability
 from tests.rank_cases_device import read_from_peer
+from tests.rank_cases_tracing import functional_ops, traced_ops, traced_ops_gluon
 
 SM90 = GPUTarget("cuda", 90, 32)
 CONTEXT = {"IrisDeviceCtx": "constexpr", "context_tensor": "*i64"}
@@ -72,6 +75,40 @@ def volatile_load(api: str, cache_modifier: str) -> str:
     return "compiled"
 
 
+def instructions(fn, signature: dict, constexprs: dict) -> list[str]:
+    """The PTX of ``fn`` for sm_90 without its name and debug information (source lines differ between files)."""
+    source = (GluonASTSource if fn.is_gluon() else ASTSource)(fn=fn, signature=signature, constexprs=constexprs)
+    ptx = triton.compile(source, target=SM90, options={"num_warps": 4}).asm["ptx"]
+    ptx = ptx[:ptx.find(".section\t.debug")] if ".section\t.debug" in ptx else ptx
+    return [line.replace(fn.__name__, "KERNEL") for line in ptx.splitlines()
+            if line.strip() and not line.lstrip().startswith((".loc", ".file", "//", "$L__tmp"))]
+
+
+def tracing_cost() -> dict:
+    """tests/rank_cases_tracing.py's kernel with tracing off and on, and its untraced twin in the functional API."""
+    signature = {"context": "*i64", "src": "*fp32", "dst": "*fp32", "counters": "*i32", "rank": "constexpr",
+                 "world": "constexpr", "BLOCK": "constexpr", "VALID": "constexpr"}
+    sizes = {"rank": 0, "world": 2, "BLOCK": 16, "VALID": 13}
+    off, on = (instructions(traced_ops, {**signature, "TRACE": "constexpr"}, {**sizes, "TRACE": trace})
+               for trace in (False, True))
+    twin = instructions(functional_ops, signature, sizes)
+    gluon_signature = {**CONTEXT, "context": "*i64", "src": "*fp32", "dst": "*fp32", "counters": "*i32",
+                       "TRACE": "constexpr", "BLOCK": "constexpr", "VALID": "constexpr"}
+    del gluon_signature["context_tensor"]
+    gluon_off, gluon_on = (instructions(traced_ops_gluon, gluon_signature, {
+        "IrisDeviceCtx": IrisDeviceCtx, "TRACE": trace, "BLOCK": 16, "VALID": 13}) for trace in (False, True))
+    # compared as multisets: the two APIs' put schedules one load differently (so does the code before tracing)
+    return {"off_equals_functional": sorted(off) == sorted(twin), "lines": {"off": len(off), "on": len(on)},
+            "atomics": {"off": _count("atom.", off), "on": _count("atom.", on)},
+            "globaltimer": {"off": _count("%globaltimer", off), "on": _count("%globaltimer", on)},
+            "gluon_globaltimer": {"off": _count("%globaltimer", gluon_off), "on": _count("%globaltimer", gluon_on)},
+            "gluon_atomics": {"off": _count("atom.", gluon_off), "on": _count("atom.", gluon_on)}}
+
+
+def _count(text: str, lines: list[str]) -> int:
+    return sum(text in line for line in lines)
+
+
 def main() -> dict:
     with_ctx = {"IrisDeviceCtx": IrisDeviceCtx, "BLOCK": 128}
     return {
@@ -90,6 +127,7 @@ def main() -> dict:
             {"IrisDeviceCtx": IrisDeviceCtx, "BLOCK": 64}, num_warps=1),
         "volatile_load": {f"{api} {cm}": volatile_load(api, cm) for api in VOLATILE_LOADS for cm in (".ca", ".cg")}
         | {"gluon .cv": volatile_load("gluon", ".cv")},
+        "tracing": tracing_cost(),
         "volatile_load_plain": advice(portability.volatile_load_plain, {
             "src": "*fp32", "out": "*fp32", "CM": "constexpr", "BLOCK": "constexpr"},
             {"CM": ".cg", "BLOCK": portability.BLOCK}),

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("no_heap_files_left_behind")
 def test_both_module_paths_have_upstreams_names():
     for module in (iris.iris_gluon, iris.experimental.iris_gluon):
         assert module.IrisGluon is iris.iris_gluon.IrisGluon and module.iris is iris.iris_gluon.iris
-        assert module.IrisDeviceCtx is iris.gluon.IrisDeviceCtx
+        assert module.IrisDeviceCtx is module.IrisBackend is iris.gluon.IrisDeviceCtx  # upstream's older name
     assert issubclass(iris.iris_gluon.IrisGluon, iris.Iris)  # one context for Triton and Gluon kernels
 
 

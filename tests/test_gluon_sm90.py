@@ -65,3 +65,11 @@ def test_volatile_load_with_cache_modifier_refused_by_iris_and_explained_for_pla
     plain = sm90["volatile_load_plain"]  # tl.load: iris cannot see it, ptxas refuses it
     assert "Modifier '.volatile' cannot be combined with modifier '.cg'" in plain["compiler"]
     assert plain["advice"] == VOLATILE_WITH_CACHE_MODIFIER.format(modifier=".cg")
+
+
+def test_tracing_off_compiles_to_the_untraced_code(sm90):
+    # DeviceContext with tracing off: the functional API's instructions, no clock read, no extra atomic
+    cost = sm90["tracing"]
+    assert cost["off_equals_functional"], cost
+    assert cost["globaltimer"] == {"off": 0, "on": 2 * 15}  # start and end of each of the kernel's 15 events
+    assert cost["atomics"] == {"off": 9, "on": 9 + 2 * 15}  # its own 9; per event: the slot and the op index

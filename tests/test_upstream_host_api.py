@@ -25,6 +25,14 @@ pytestmark = pytest.mark.usefixtures("no_heap_files_left_behind")
 
 # -- single-process units ------------------------------------------------------------------------
 
+def test_upstreams_names_for_the_device_contexts():
+    import iris.context
+
+    assert iris.TritonContext is iris.context.TritonContext is iris.DeviceContext
+    assert iris.context.GluonContext is iris.gluon.IrisDeviceCtx
+    assert iris.TraceEvent is iris.tracing.TraceEvent
+
+
 def test_parse_size_takes_every_form_upstream_does():
     assert tensor_creation.parse_size((2, 3)) == ((2, 3), 6)
     assert tensor_creation.parse_size(((2, 3),)) == ((2, 3), 6)

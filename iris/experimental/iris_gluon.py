@@ -11,6 +11,6 @@ Examples
 True
 """
 
-from ..iris_gluon import IrisDeviceCtx, IrisGluon, iris
+from ..iris_gluon import IrisBackend, IrisDeviceCtx, IrisGluon, iris
 
-__all__ = ["IrisDeviceCtx", "IrisGluon", "iris"]
+__all__ = ["IrisBackend", "IrisDeviceCtx", "IrisGluon", "iris"]

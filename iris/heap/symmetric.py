@@ -174,6 +174,8 @@ class SymmetricHeap:
         """True if ``tensor`` is (a view of) an allocation of this rank's heap (upstream's name)."""
         return self._allocation_of(tensor) is not None
 
+    on_symmetric_heap = is_symmetric  # upstream's older name, still called by its tests
+
     def find(self, tensor: torch.Tensor) -> AllocationInfo:
         """The allocation ``tensor`` views; ``ValueError`` saying why when it is not on this rank's heap."""
         allocation = self._allocation_of(tensor)

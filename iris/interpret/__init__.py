@@ -11,6 +11,7 @@ around, and why):
 * :mod:`.gluon`: ``@gluon.jit`` kernels run, layouts ignored; GPU-only Gluon features raise
   :class:`UnsupportedOnInterpreter`;
 * :mod:`.device_calls`: jit helpers made before activation (``gl.sum``, ``gl.zeros``...) run interpreted;
+* :mod:`.clock`: the device clock's inline PTX reads the host's monotonic clock (device tracing);
 * :mod:`.guard`: launching a kernel decorated before activation raises a clear ``RuntimeError``.
 
 Examples
@@ -64,13 +65,13 @@ def activate():
 
     import triton
 
-    from . import aggregate, constexpr, device_calls, gluon, guard, version
+    from . import aggregate, clock, constexpr, device_calls, gluon, guard, version
 
     version.check_triton_version()
     # triton.knobs reads TRITON_INTERPRET on every access unless a value was assigned to the knob;
     # assign it too, so an earlier ``triton.knobs.runtime.interpret = False`` cannot win.
     triton.knobs.runtime.interpret = True
-    for module in (constexpr, aggregate, gluon, device_calls, guard):
+    for module in (constexpr, aggregate, gluon, device_calls, clock, guard):
         module.install()
     _activated = True
 

@@ -13,6 +13,8 @@ REQUIRED_TRITON_INTERNALS = (
     ("triton.runtime.interpreter", "InterpretedFunction"),
     ("triton.runtime.interpreter", "GridExecutor"),
     ("triton.runtime.interpreter", "interpreter_builder"),
+    ("triton.runtime.interpreter", "InterpreterBuilder"),
+    ("triton.runtime.interpreter", "TensorHandle"),
     ("triton.runtime.interpreter", "_LangPatchScope"),
     ("triton.runtime.errors", "InterpreterError"),
     ("triton.language.semantic", "TritonSemantic"),

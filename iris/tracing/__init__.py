@@ -1,0 +1,19 @@
+"""Device tracing with upstream Iris's API: what every remote operation and atomic did, and when.
+
+* :mod:`.events`: the one description of an event (ids, names, buffers, device-context slots), and
+  :class:`TraceEvent`;
+* :mod:`.device`: :class:`DeviceTracing`, ``ctx.tracing`` in kernels (``record_event_start/end``);
+* :mod:`.host`: :class:`Tracing`, ``ctx.tracing`` on the host (``enable``, ``reset``, ``export``).
+
+Examples
+--------
+>>> ctx.tracing.enable()                                           # doctest: +SKIP
+>>> # in a kernel: ctx = DeviceContext.initialize(context, rank, world, tracing=True)
+>>> ctx.tracing.export("trace.json", merge=True)                   # doctest: +SKIP
+"""
+
+from .device import DeviceTracing
+from .events import EVENT_NAMES, TraceEvent
+from .host import Tracing
+
+__all__ = ["EVENT_NAMES", "DeviceTracing", "TraceEvent", "Tracing"]
