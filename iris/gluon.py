@@ -138,194 +138,152 @@ class IrisDeviceCtx:
     def load(self, pointer, from_rank, mask=None, other=None, cache_modifier=None, volatile=False,
              hint: gl.constexpr = None):
         """Load ``from_rank``'s copy of ``pointer`` (``volatile=True`` with ``".ca"``/``".cg"``: refused)."""
-        if self.tracing.enabled:
-            pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().load, from_rank, pointer,
-                                                    gl.program_id(0), gl.program_id(1), mask)
+        pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().load, from_rank, pointer, mask)
         check_volatile_load(cache_modifier, volatile)
         remote = self.as_remote(pointer, from_rank, mask, hint)
         result = gl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
         return result
 
     @gluon.jit
     def store(self, pointer, value, to_rank, mask=None, cache_modifier=None, hint: gl.constexpr = None):
         """Store ``value`` into ``to_rank``'s copy of ``pointer``."""
-        if self.tracing.enabled:
-            pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().store, to_rank, pointer,
-                                                    gl.program_id(0), gl.program_id(1), mask)
+        pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().store, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         gl.store(remote, value, mask=mask, cache_modifier=cache_modifier)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
 
     @gluon.jit
     def get(self, from_ptr, to_ptr, from_rank, mask=None, other=None, load_cache_modifier=None,
             store_cache_modifier=None, hint: gl.constexpr = None):
         """Copy ``from_rank``'s copy of ``from_ptr`` into this rank's ``to_ptr``."""
-        if self.tracing.enabled:
-            from_ptr = anchor_auto_layout(from_ptr)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().get, from_rank, from_ptr,
-                                                    gl.program_id(0), gl.program_id(1), mask)
+        from_ptr = anchor_auto_layout(from_ptr)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().get, from_rank, from_ptr, mask)
         value = gl.load(self.as_remote(from_ptr, from_rank, mask, hint), mask=mask, other=other,
                         cache_modifier=load_cache_modifier)
         gl.store(to_ptr, value, mask=mask, cache_modifier=store_cache_modifier)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
 
     @gluon.jit
     def put(self, from_ptr, to_ptr, to_rank, mask=None, other=None, load_cache_modifier=None,
             store_cache_modifier=None, hint: gl.constexpr = None):
         """Copy this rank's ``from_ptr`` into ``to_rank``'s copy of ``to_ptr``."""
-        if self.tracing.enabled:
-            to_ptr = anchor_auto_layout(to_ptr)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().put, to_rank, to_ptr,
-                                                    gl.program_id(0), gl.program_id(1), mask)
+        to_ptr = anchor_auto_layout(to_ptr)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().put, to_rank, to_ptr, mask)
         value = gl.load(from_ptr, mask=mask, other=other, cache_modifier=load_cache_modifier)
         remote = self.as_remote(to_ptr, to_rank, mask, hint)
         gl.store(remote, value, mask=mask, cache_modifier=store_cache_modifier)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
 
     @gluon.jit
     def copy(self, src_ptr, dst_ptr, from_rank, to_rank, mask=None, other=None, load_cache_modifier=None,
              store_cache_modifier=None, hint: gl.constexpr = None):
         """Copy ``from_rank``'s copy of ``src_ptr`` into ``to_rank``'s copy of ``dst_ptr``."""
-        if self.tracing.enabled:
-            dst_ptr = anchor_auto_layout(dst_ptr)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().copy, to_rank, dst_ptr,
-                                                    gl.program_id(0), gl.program_id(1), mask)
+        dst_ptr = anchor_auto_layout(dst_ptr)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().copy, to_rank, dst_ptr, mask)
         value = gl.load(self.as_remote(src_ptr, from_rank, mask, hint), mask=mask, other=other,
                         cache_modifier=load_cache_modifier)
         remote = self.as_remote(dst_ptr, to_rank, mask, hint)
         gl.store(remote, value, mask=mask, cache_modifier=store_cache_modifier)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
 
     @gluon.jit
     def atomic_add(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic add into ``to_rank``'s copy of ``pointer``; returns the old values."""
-        if self.tracing.enabled:
-            pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().atomic_add, to_rank, pointer,
-                                                    gl.program_id(0), gl.program_id(1), mask)
+        pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().atomic_add, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         result = gl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
         return result
 
     @gluon.jit
     def atomic_sub(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic subtract from ``to_rank``'s copy of ``pointer``; returns the old values."""
-        if self.tracing.enabled:
-            pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().atomic_sub, to_rank, pointer,
-                                                    gl.program_id(0), gl.program_id(1), mask)
+        pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().atomic_sub, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         result = gl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
         return result
 
     @gluon.jit
     def atomic_xchg(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic exchange with ``to_rank``'s copy of ``pointer``; returns the old values."""
-        if self.tracing.enabled:
-            pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().atomic_xchg, to_rank, pointer,
-                                                    gl.program_id(0), gl.program_id(1), mask)
+        pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().atomic_xchg, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         result = gl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
         return result
 
     @gluon.jit
     def atomic_xor(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic xor into ``to_rank``'s copy of ``pointer``; returns the old values."""
-        if self.tracing.enabled:
-            pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().atomic_xor, to_rank, pointer,
-                                                    gl.program_id(0), gl.program_id(1), mask)
+        pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().atomic_xor, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         result = gl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
         return result
 
     @gluon.jit
     def atomic_and(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic and into ``to_rank``'s copy of ``pointer``; returns the old values."""
-        if self.tracing.enabled:
-            pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().atomic_and, to_rank, pointer,
-                                                    gl.program_id(0), gl.program_id(1), mask)
+        pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().atomic_and, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         result = gl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
         return result
 
     @gluon.jit
     def atomic_or(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic or into ``to_rank``'s copy of ``pointer``; returns the old values."""
-        if self.tracing.enabled:
-            pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().atomic_or, to_rank, pointer,
-                                                    gl.program_id(0), gl.program_id(1), mask)
+        pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().atomic_or, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         result = gl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
         return result
 
     @gluon.jit
     def atomic_min(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic minimum into ``to_rank``'s copy of ``pointer``; returns the old values."""
-        if self.tracing.enabled:
-            pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().atomic_min, to_rank, pointer,
-                                                    gl.program_id(0), gl.program_id(1), mask)
+        pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().atomic_min, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         result = gl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
         return result
 
     @gluon.jit
     def atomic_max(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic maximum into ``to_rank``'s copy of ``pointer``; returns the old values."""
-        if self.tracing.enabled:
-            pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().atomic_max, to_rank, pointer,
-                                                    gl.program_id(0), gl.program_id(1), mask)
+        pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().atomic_max, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         val, mask = anchor_auto_layout(val), anchor_auto_layout(mask)
         result = gl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
         return result
 
     @gluon.jit
     def atomic_cas(self, pointer, cmp, val, to_rank, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic compare-and-swap on ``to_rank``'s copy of ``pointer``; returns the old values."""
-        if self.tracing.enabled:
-            pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
-            event = self.tracing.record_event_start(TraceEvent().atomic_cas, to_rank, pointer,
-                                                    gl.program_id(0), gl.program_id(1), None)
+        pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
+        event = self.tracing.op_start(TraceEvent().atomic_cas, to_rank, pointer, None)
         remote = self.as_remote(pointer, to_rank, None, hint)
         cmp, val = anchor_auto_layout(cmp), anchor_auto_layout(val)
         result = gl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
-        if self.tracing.enabled:
-            self.tracing.record_event_end(event)
+        self.tracing.op_end(event)
         return result

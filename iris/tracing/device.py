@@ -158,6 +158,22 @@ class DeviceTracing:
         return slot
 
     @triton.jit
+    def op_start(self, event_id: tl.constexpr, target_rank, address, mask=None):
+        """:meth:`record_event_start` for one of iris's own operations, with the program ids as the tile, when
+        tracing is compiled in; nothing at all when it is not (the handle is then the constant 0)."""
+        handle = 0
+        if self.enabled:
+            handle = self.record_event_start(event_id, target_rank, address, tl.program_id(0), tl.program_id(1),
+                                             mask)
+        return handle
+
+    @triton.jit
+    def op_end(self, handle):
+        """:meth:`record_event_end` when tracing is compiled in; nothing when it is not."""
+        if self.enabled:
+            self.record_event_end(handle)
+
+    @triton.jit
     def record_event_end(self, handle):
         """Record the end of the event ``handle`` (from :meth:`record_event_start`); a dropped event stays dropped.
 
