@@ -97,7 +97,8 @@ class BoundLaunch:
     args, options : tuple, dict
         The first launch's positional and keyword arguments.
     tensors : tuple
-        The first call's own tensors: where ``args`` holds one of them, a replay puts the next call's.
+        The first call's own tensors: under the interpreter, where ``args`` holds one of them, a replay puts
+        the next call's (on a GPU their addresses, which the replay's key fixes, are enough).
 
     Attributes
     ----------
@@ -110,13 +111,14 @@ class BoundLaunch:
     def __init__(self, kernel, compiled, grid: tuple, args: tuple, options: dict, tensors: tuple):
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.direct, self.replays = compiled is not None, 0
-        self.slots = [(i, index) for i, arg in enumerate(args) for index, tensor in enumerate(tensors)
-                      if arg is tensor]
         if compiled is None:  # the interpreter: relaunch through Triton, with tensors (never the call's own)
             self.kernel, self.options, self.compiled = kernel, options, None
+            self.slots = [(i, index) for i, arg in enumerate(args) for index, tensor in enumerate(tensors)
+                          if arg is tensor]
             self.args = [None if any(i == slot for slot, _ in self.slots) else arg for i, arg in enumerate(args)]
             return
-        # The launcher takes every parameter in order (it skips constexprs itself); pointers as addresses.
+        # The launcher takes every parameter in order (it skips constexprs itself); pointers as addresses,
+        # the call's own tensors' too: a replay's key holds the same addresses, so every argument is fixed.
         values = list(args) + [options.get(name, param.default) for name, param in
                                zip(kernel.arg_names[len(args):], kernel.params[len(args):], strict=True)]
         self.args = [value.data_ptr() if isinstance(value, torch.Tensor) else value for value in values]
@@ -125,16 +127,14 @@ class BoundLaunch:
 
     def __call__(self, tensors: tuple) -> None:
         self.replays += 1
-        args = self.args.copy()
-        if not self.direct:
-            for i, index in self.slots:
-                args[i] = tensors[index]
-            self.kernel[self.grid](*args, **self.options)
+        if self.direct:
+            stream = driver.active.get_current_stream(driver.active.get_current_device())
+            hooks = knobs.runtime
+            self.run(*self.grid, stream, self.function, self.metadata,
+                     self.compiled.launch_metadata(self.grid, stream, *self.args), hooks.launch_enter_hook,
+                     hooks.launch_exit_hook, *self.args)
             return
+        args = self.args.copy()
         for i, index in self.slots:
-            args[i] = tensors[index].data_ptr()
-        stream = driver.active.get_current_stream(driver.active.get_current_device())
-        hooks = knobs.runtime
-        self.run(*self.grid, stream, self.function, self.metadata,
-                 self.compiled.launch_metadata(self.grid, stream, *args), hooks.launch_enter_hook,
-                 hooks.launch_exit_hook, *args)
+            args[i] = tensors[index]
+        self.kernel[self.grid](*args, **self.options)
