@@ -36,7 +36,7 @@ from pathlib import Path
 
 import psutil
 
-from iris.heap.cpu import process_alive, remove_stale_heap_files
+from iris.heap.cpu import heap_files_of, process_alive, remove_stale_heap_files
 from iris.sizes import format_size, parse_size
 
 from . import engine, execution, shutdown
@@ -549,7 +549,7 @@ def _report(backend: str, engines: list[_Engine], controller, pids: list[int]) -
         backend, [e.outcome for e in engines],
         controller=None if controller_exit in (None, "exit code 0") else controller_exit,
         processes_left=processes_left, heap_files_removed=removed,
-        heap_files_left=shutdown.heap_files_of(e.pid for e in engines if e.local and e.pid is not None),
+        heap_files_left=heap_files_of(e.pid for e in engines if e.local and e.pid is not None),
     )
 
 

@@ -19,7 +19,6 @@ stopped 2 ranks (cpu backend), not cleanly; no process and nothing in /dev/shm l
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -205,16 +204,3 @@ def wait_until_gone(pids, seconds: float) -> list[int]:
         time.sleep(0.02)
         alive = [pid for pid in alive if not process_gone(pid)]
     return alive
-
-
-def heap_files_of(pids) -> list[str]:
-    """This user's CPU heap files in /dev/shm created by processes ``pids`` (see
-    :func:`iris.heap.cpu.heap_file_name`: ``<PREFIX>-u<uid>-p<pid>-<session>-r<rank>``)."""
-    from iris.heap.cpu import PREFIX, SHM_DIR
-
-    owners = {f"{PREFIX}-u{os.getuid()}-p{pid}-" for pid in pids}
-    try:
-        names = os.listdir(SHM_DIR)
-    except FileNotFoundError:
-        return []
-    return sorted(name for name in names if any(name.startswith(owner) for owner in owners))

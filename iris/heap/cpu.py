@@ -33,16 +33,27 @@ def heap_file_name(session: str, rank: int) -> str:
     return f"{PREFIX}-u{os.getuid()}-p{os.getpid()}-{session}-r{rank}"
 
 
-def remove_stale_heap_files() -> list[str]:
-    """Unlink this user's heap files whose creating process is gone; return their names."""
-    removed = []
+def _heap_files() -> list[tuple[str, int]]:
+    """This user's heap files in /dev/shm, each with the pid of the process that created it."""
     try:
         names = os.listdir(SHM_DIR)
     except FileNotFoundError:
-        return removed
-    for name in names:
-        match = _NAME.match(name)
-        if not match or int(match.group(1)) != os.getuid() or process_alive(int(match.group(2))):
+        return []
+    matches = ((name, _NAME.match(name)) for name in names)
+    return [(name, int(m.group(2))) for name, m in matches if m and int(m.group(1)) == os.getuid()]
+
+
+def heap_files_of(pids) -> list[str]:
+    """This user's heap files created by processes ``pids`` (e.g. a cluster's engines), sorted."""
+    pids = set(pids)
+    return sorted(name for name, pid in _heap_files() if pid in pids)
+
+
+def remove_stale_heap_files() -> list[str]:
+    """Unlink this user's heap files whose creating process is gone; return their names."""
+    removed = []
+    for name, pid in _heap_files():
+        if process_alive(pid):
             continue
         try:
             os.unlink(os.path.join(SHM_DIR, name))
