@@ -132,7 +132,13 @@ def _launch(ctx, src, dst, counters, trace=True, api="device_context"):
 
 
 def _buffers(ctx):
-    return ctx.zeros(BLOCK), ctx.zeros(BLOCK), ctx.zeros(GRID, dtype=torch.int32)
+    return (ctx.zeros(BLOCK, name="src"), ctx.zeros(BLOCK, name="dst"),
+            ctx.zeros(GRID, dtype=torch.int32, name="counters"))
+
+
+def ns(us: float) -> int:
+    """A trace time (µs, three decimals) back in nanoseconds."""
+    return round(us * 1000)
 
 
 def every_op_traced():
@@ -178,9 +184,13 @@ def _check_one_run(ctx, src, dst, counters, api):
             expected = {"get": src, "compute": src, "load": src}.get(name, counters if "atomic" in name else dst)
             expected_address = expected.data_ptr() + (4 * program if "atomic" in name else 0)
             assert int(args["address"], 16) == expected_address, (api, name, args["address"])
+            label = {"get": "src", "compute": "src", "load": "src"}.get(name, "counters" if "atomic" in name else "dst")
+            assert args["location"] == (f"counters[{program}]" if "atomic" in name else f"{label}[0]"), (api, args)
+            assert args["heap_offset"] == expected_address - ctx.heap.bases[r], (api, name)
             assert event["ph"] == "X" and event["dur"] >= 0 and event["cat"] == "iris"
             if BACKEND == "cpu":  # the interpreter's clock is the host's monotonic clock
-                assert before <= event["ts"] <= event["ts"] + event["dur"] <= after, (api, before, event, after)
+                start, end = ns(event["ts"]), ns(event["ts"] + event["dur"])
+                assert before <= start <= end <= after + 1, (api, before, event, after)  # (µs rounding: 1 ns)
     assert [e["args"]["pid_n"] for e in events if e["name"] == "compute"] == [7] * GRID
     assert sorted(e["args"]["op_index"] for e in events) == list(range(len(events)))
     return len(events)

@@ -57,7 +57,7 @@ def kernel_cell(shell, line: str, body: str):
 
 def test_rank_namespace_holds_the_documented_names(wb):
     names = ["ctx", "rank", "world_size", "iris", "torch", "triton", "tl", "gluon", "gl", "DeviceContext",
-             "IrisDeviceCtx"]
+             "IrisDeviceCtx", "TraceEvent"]
     present = wb.pull(f"[name for name in {names!r} if name in globals()]")
     assert present == [names, names]
     assert wb.pull("(rank, world_size, ctx.get_rank())") == [(0, 2, 0), (1, 2, 1)]

@@ -107,6 +107,22 @@ def remote(name: str, rank: int, **options):
     return registry.track(("remote", name, rank), RemoteView(current(), name, rank, **options))
 
 
+def timeline(ranks=None):
+    """When each rank did what in the last traced cell: a :class:`~workbench.widgets.timeline.TimelineView`
+    (one lane per rank or program, bars by kind, release -> acquire arrows, zoom, hover details).
+
+    Trace a cell with ``%%iris_kernel --trace`` (its kernels initialise their device context with
+    ``tracing=True``); ``workbench.tracing.merged_trace(wb, "trace.json")`` writes the same events for Perfetto.
+
+    Examples
+    --------
+    >>> workbench.timeline()                         # doctest: +SKIP
+    """
+    from .tracing import timeline_view
+
+    return timeline_view(current(), ranks=ranks)
+
+
 def load_ipython_extension(ipython) -> None:
     """``%load_ext workbench``: register the ``%iris`` and ``%%iris_kernel`` magics."""
     from .magics import IrisMagics
@@ -116,5 +132,5 @@ def load_ipython_extension(ipython) -> None:
 
 __all__ = [
     "CellReport", "RankError", "RankResult", "StopReport", "Workbench", "WorkbenchError",
-    "current", "heap", "load_ipython_extension", "remote", "show", "start",
+    "current", "heap", "load_ipython_extension", "remote", "show", "start", "timeline",
 ]

@@ -91,7 +91,7 @@ def setup(rank: int, world_size: int, master_addr: str, master_port: int, backen
     _namespace().update({
         "ctx": ctx, "rank": rank, "world_size": world_size, "iris": iris, "torch": torch,
         "triton": triton, "tl": tl, "gluon": gluon, "gl": gl,
-        "DeviceContext": iris.DeviceContext, "IrisDeviceCtx": IrisDeviceCtx,
+        "DeviceContext": iris.DeviceContext, "IrisDeviceCtx": IrisDeviceCtx, "TraceEvent": iris.TraceEvent,
     })
     if notebook["host"] == socket.gethostname():
         _start_watchdog(notebook["pid"], notebook.get("controller_pid") if rank == 0 else None)

@@ -1,4 +1,5 @@
-"""The ``%iris`` line magic (start, stop, restart, status, heap, show, remote) and the ``%%iris_kernel`` cell magic.
+"""The ``%iris`` line magic (start, stop, restart, status, heap, show, remote, timeline) and the ``%%iris_kernel``
+cell magic.
 
 Examples
 --------
@@ -14,6 +15,10 @@ Examples
     %iris show out                 # every rank's out, side by side
     %iris remote out --rank 1      # rank 1's out as every rank reads it through ctx.as_remote
     %iris heap                     # every rank's heap, allocations named after variables
+
+    %%iris_kernel --trace          # trace the cell's kernels (tracing=True in them), then show the timeline
+    ...
+    %iris timeline                 # that timeline again; --save trace.json writes it for Perfetto
     %iris status
     %iris stop
 """
@@ -29,6 +34,7 @@ from IPython.display import display
 
 import workbench
 
+from . import tracing
 from .cluster import BACKENDS
 from .report import render_summaries
 
@@ -63,6 +69,8 @@ def _iris_parser() -> argparse.ArgumentParser:
     remote = commands.add_parser("remote", help="a rank's copy of a tensor read through ctx.as_remote (a widget)")
     remote.add_argument("name", help="a variable naming a tensor on the symmetric heap")
     remote.add_argument("--rank", type=int, required=True, help="the rank whose copy every rank reads")
+    timeline = commands.add_parser("timeline", help="when each rank did what in the last traced cell (a widget)")
+    timeline.add_argument("--save", metavar="FILE", help="also write the merged trace (Perfetto JSON) to FILE")
     return parser
 
 
@@ -72,6 +80,11 @@ def _kernel_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=None, help="seconds before ranks are interrupted")
     parser.add_argument("--show", nargs="+", default=[], metavar="NAME",
                         help="summarise these variables and refresh (or display) their views")
+    parser.add_argument("--trace", action="store_true",
+                        help="trace the cell's kernels on every rank (they initialise their device context with "
+                             "tracing=True) and show the timeline after it")
+    parser.add_argument("--max-events", type=int, default=None, metavar="N",
+                        help="trace buffer capacity per rank with --trace (default 1000000)")
     return parser
 
 
@@ -110,7 +123,8 @@ class IrisMagics(Magics):
     def iris(self, line: str):
         """Manage and look at the ranks: ``%iris start -n N [--backend auto|cpu|cuda] [--heap SIZE]
         [--engines LAUNCHER] [--timeout S]``, ``%iris stop``, ``%iris restart``, ``%iris status``,
-        ``%iris heap``, ``%iris show NAME [--reduction mean|maxabs]``, ``%iris remote NAME --rank R``."""
+        ``%iris heap``, ``%iris show NAME [--reduction mean|maxabs]``, ``%iris remote NAME --rank R``,
+        ``%iris timeline [--save FILE]``."""
         args = _iris_parser().parse_args(shlex.split(line))
         if args.command == "start":
             wb = workbench.start(n=args.n, backend=args.backend, heap_size=args.heap, engines=args.engines,
@@ -133,18 +147,32 @@ class IrisMagics(Magics):
             display(workbench.show(args.name, reduction=args.reduction))
         elif args.command == "remote":
             display(workbench.remote(args.name, args.rank))
+        elif args.command == "timeline":
+            if args.save:
+                tracing.merged_trace(wb, args.save)
+                print(f"wrote the merged trace to {args.save}: open it at https://ui.perfetto.dev")
+            display(workbench.timeline())
 
     @cell_magic
     def iris_kernel(self, line: str, cell: str):
         """Run the cell on every rank (or ``--ranks``), each in its own namespace holding ``ctx``, ``rank``,
-        ``world_size``, ``iris``, ``torch``, ``triton``, ``tl``, ``gluon``, ``gl``, ``DeviceContext`` and
-        ``IrisDeviceCtx``. Ranks still running after ``--timeout`` seconds are interrupted."""
+        ``world_size``, ``iris``, ``torch``, ``triton``, ``tl``, ``gluon``, ``gl``, ``DeviceContext``,
+        ``IrisDeviceCtx`` and ``TraceEvent``. Ranks still running after ``--timeout`` seconds are interrupted.
+        ``--trace`` captures the events of the cell's traced kernels and shows the timeline after the cell."""
         args = _kernel_parser().parse_args(shlex.split(line))
+        if args.max_events is not None and not args.trace:
+            raise UsageError("%%iris_kernel: --max-events sizes the trace buffers of --trace: add --trace")
+        if args.max_events is not None and args.max_events < 1:
+            raise UsageError(f"%%iris_kernel: --max-events {args.max_events}: give at least 1 event per rank")
         wb = workbench.current()
         ranks = parse_ranks(args.ranks, wb.world_size)
+        if args.trace:
+            tracing.start_capture(wb, args.max_events or tracing.DEFAULT_MAX_EVENTS, ranks=ranks)
         # One blank line stands for the magic's own line, so tracebacks count lines as the notebook does.
         report = wb.run(cell, ranks=ranks, timeout=args.timeout, line_offset=1)
         report.raise_on_failure()
         print(report.render())
         if args.show:
             show_variables(wb, args.show, ranks)
+        if args.trace:
+            display(tracing.timeline_view(wb, ranks=ranks))

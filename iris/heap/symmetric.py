@@ -53,6 +53,41 @@ class _Allocation:
         return self.owner() is not None
 
 
+@dataclass(frozen=True)
+class HeapLocation:
+    """Where an address falls: whose heap, at which offset, and in which allocation and element.
+
+    ``str()`` is how every report names it: ``flags[2]``, ``C[3, 17]``, ``heap+0x1f00`` outside the live
+    allocations; a label-less allocation is named by its offset (``alloc@0x200[5]``). The workbench names
+    allocations after variables instead; it looks them up by :attr:`allocation_offset`.
+
+    Examples
+    --------
+    >>> str(HeapLocation(rank=1, offset=520, allocation=AllocationInfo(512, 64, torch.int32, (16,), "flags"),
+    ...                  element=(2,)))
+    'flags[2]'
+    """
+
+    rank: int
+    offset: int
+    allocation: AllocationInfo | None
+    element: tuple[int, ...] | None  # index in the allocation's shape (row-major: allocations are contiguous)
+
+    @property
+    def allocation_offset(self) -> int | None:
+        return self.allocation.offset if self.allocation is not None else None
+
+    def named(self, name: str | None) -> str:
+        """This location with its allocation called ``name`` (e.g. a variable's); ``str()`` when None."""
+        if self.allocation is None:
+            return f"heap+{self.offset:#x}"
+        name = name or self.allocation.label or f"alloc@{self.allocation.offset:#x}"
+        return f"{name}[{', '.join(map(str, self.element))}]" if self.element else name
+
+    def __str__(self) -> str:
+        return self.named(None)
+
+
 def _describe(request) -> str:
     nbytes, dtype, shape = request
     return f"{dtype.replace('torch.', '')}{list(shape)} ({nbytes} bytes)"
@@ -210,6 +245,26 @@ class SymmetricHeap:
         return raw.view(tensor.dtype).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
     # -- inspection -------------------------------------------------------------------------------
+    def locate(self, address: int) -> HeapLocation | None:
+        """The rank, offset, allocation and element of ``address`` in any rank's heap as mapped here; None
+        when it is in none of them.
+
+        Examples
+        --------
+        >>> str(heap.locate(flags.data_ptr() + 8))                  # doctest: +SKIP
+        'flags[2]'
+        """
+        rank = next((r for r, base in enumerate(self.bases) if base <= address < base + self.size), None)
+        if rank is None:
+            return None
+        offset = address - self.bases[rank]
+        for a in self.allocations():
+            if a.offset <= offset < a.offset + a.nbytes:
+                element = (offset - a.offset) // torch.empty(0, dtype=a.dtype).element_size()
+                index = tuple(int(i) for i in torch.unravel_index(torch.tensor(element), a.shape)) if a.shape else ()
+                return HeapLocation(rank, offset, a, index)
+        return HeapLocation(rank, offset, None, None)
+
     def allocations(self) -> list[AllocationInfo]:
         """Allocations some tensor on this rank still uses, by offset."""
         return [a.info for _, a in sorted(self._live.items()) if a.referenced]

@@ -111,12 +111,36 @@ class Tracing:
         """Events not stored because the buffers were full (``recorded() - max_events`` when positive)."""
         return max(0, self.recorded() - self.max_events)
 
+    def trace(self) -> dict:
+        """This rank's events as :meth:`export` writes them, without writing a file.
+
+        Examples
+        --------
+        >>> [e["name"] for e in ctx.tracing.trace()["traceEvents"]][:2]   # doctest: +SKIP
+        ['put', 'atomic_add']
+        """
+        self._require_enabled("trace")
+        recorded = self.recorded()
+        events = self._trace_events(min(recorded, self.max_events))
+        return {
+            "traceEvents": events,
+            "displayTimeUnit": "ns",
+            "metadata": {**self._metadata(), "rank": self.iris.cur_rank, "num_events": len(events) - 1,
+                         "dropped_events": max(0, recorded - self.max_events),
+                         "clock_offset_ns": self.clock_offset_ns, "clock_offset_error_ns": self.clock_offset_error_ns},
+        }
+
     def export(self, filename: str = "trace.json", merge: bool = False) -> dict:
         """Write this rank's events as Chrome trace / Perfetto JSON to ``<name>_rank<r>.json`` and return them.
 
         With ``merge=True`` (collective: every rank calls it) rank 0 also writes ``filename`` with every rank's
-        events, timestamps aligned to the earliest event (see the module's note on alignment), and returns
+        events, timestamps aligned (see the module's note on alignment and :func:`merge_traces`), and returns
         that; the other ranks return ``{}``, as upstream's. Open the files at https://ui.perfetto.dev.
+
+        ``ts`` and ``dur`` are microseconds, as the Chrome trace format defines them (to the nanosecond:
+        three decimals), so Perfetto shows true durations; upstream writes raw clock values there. Each
+        event's ``args`` also name what it touched: ``heap_offset`` and ``location`` (``flags[2]``, from the
+        allocations' ``name=`` labels; see :meth:`iris.heap.SymmetricHeap.locate`).
 
         Examples
         --------
@@ -124,25 +148,16 @@ class Tracing:
         0
         """
         self._require_enabled("export")
-        recorded = self.recorded()
-        events = self._trace_events(min(recorded, self.max_events))
-        per_rank = {
-            "traceEvents": events,
-            "displayTimeUnit": "ns",
-            "metadata": {**self._metadata(), "rank": self.iris.cur_rank, "num_events": len(events) - 1,
-                         "dropped_events": max(0, recorded - self.max_events),
-                         "clock_offset_ns": self.clock_offset_ns, "clock_offset_error_ns": self.clock_offset_error_ns},
-        }
+        per_rank = self.trace()
         rank_file = _rank_filename(filename, self.iris.cur_rank)
         _write(rank_file, per_rank)
         self.iris.info(f"wrote {per_rank['metadata']['num_events']} trace events to {rank_file}")
         if not merge:
             return per_rank
-        everyone = self.iris.group.all_gather_object(per_rank["metadata"] | {"traceEvents": events})
+        everyone = self.iris.group.all_gather_object(per_rank)
         if self.iris.cur_rank != 0:
             return {}
-        merged = _merge(everyone)
-        merged["metadata"] = {**self._metadata(), **merged["metadata"]}
+        merged = merge_traces(everyone)
         _write(filename, merged)
         self.iris.info(f"wrote {merged['metadata']['total_events']} merged trace events to {filename}")
         return merged
@@ -166,7 +181,7 @@ class Tracing:
 
     def _metadata(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "world_size": self.iris.num_ranks, "max_events": self.max_events,
-                "time_unit": "ns (GPU: %globaltimer; CPU interpreter: host monotonic clock)",
+                "time_unit": "us (GPU: %globaltimer; CPU interpreter: host monotonic clock)",
                 "backend": self.iris.backend}
 
     def _tie_clock_to_host(self) -> tuple[int, int]:
@@ -185,25 +200,35 @@ class Tracing:
         return offset, (width + 1) // 2
 
     def _trace_events(self, count: int) -> list[dict]:
-        """This rank's first ``count`` events in upstream's JSON form, then the process-name record."""
+        """This rank's first ``count`` events in upstream's JSON form (times in µs), then the process-name record."""
         rank = self.iris.cur_rank
         column = {name: buffer[:count].cpu().tolist() for name, buffer in self.trace_buffers.items()}
+        locations = {}  # address -> HeapLocation; polling loops repeat a few addresses many times
         events = []
         for i in range(count):
-            start, end = column["timestamp"][i], column["duration_cycles"][i]
+            start, end, address = column["timestamp"][i], column["duration_cycles"][i], column["address"][i]
+            if address not in locations:
+                locations[address] = self.iris.heap.locate(address)
+            where = locations[address]
             event = {
                 "name": EVENT_NAMES.get(column["event_id"][i], f"unknown_{column['event_id'][i]}"),
-                "cat": "iris", "ts": start, "pid": column["cur_rank"][i],
+                "cat": "iris", "ts": ns_to_us(start), "pid": column["cur_rank"][i],
                 "tid": f"XCC{column['xcc_id'][i]}_CU{column['cu_id'][i]}",
                 "args": {"program_id": column["pid"][i], "pid_m": column["pid_m"][i], "pid_n": column["pid_n"][i],
-                         "target_rank": column["target_rank"][i], "address": hex(column["address"][i]),
+                         "target_rank": column["target_rank"][i], "address": hex(address),
                          "xcc_id": column["xcc_id"][i], "cu_id": column["cu_id"][i],
-                         "op_index": column["op_index"][i], "payload_size": column["payload_size"][i]},
+                         "op_index": column["op_index"][i], "payload_size": column["payload_size"][i],
+                         "heap_offset": where.offset if where else None, "location": str(where) if where else None},
             }
-            event.update({"ph": "X", "dur": end - start} if end > 0 else {"ph": "i", "s": "t"})
+            event.update({"ph": "X", "dur": ns_to_us(end - start)} if end > 0 else {"ph": "i", "s": "t"})
             events.append(event)
         events.append({"name": "process_name", "ph": "M", "pid": rank, "args": {"name": f"Rank {rank}"}})
         return events
+
+
+def ns_to_us(ns: int) -> float:
+    """Nanoseconds as the Chrome trace format's microseconds, kept to the nanosecond."""
+    return round(ns / 1000, 3)
 
 
 def _rank_filename(filename: str, rank: int) -> str:
@@ -212,25 +237,35 @@ def _rank_filename(filename: str, rank: int) -> str:
     return f"{stem}_rank{rank}.json"
 
 
-def _merge(per_rank: list[dict]) -> dict:
-    """Every rank's events on one timeline: each shifted onto the host clock by its rank's offset, then
-    the earliest event at 0."""
+def merge_traces(per_rank: list[dict]) -> dict:
+    """Every rank's trace (each as :meth:`Tracing.trace` returns it) on one timeline: each rank's events
+    shifted onto the host's monotonic clock by its clock offset, then the earliest event at 0.
+
+    ``metadata["timestamp_offset_ns"]`` is the host monotonic time of ``ts`` 0.
+
+    Examples
+    --------
+    >>> merged = merge_traces(wb.apply(lambda: ctx.tracing.trace()))   # doctest: +SKIP
+    """
     events = []
     for part in per_rank:
+        shift = ns_to_us(part["metadata"]["clock_offset_ns"])
         for event in part["traceEvents"]:
-            events.append(event if event["ph"] == "M" else {**event, "ts": event["ts"] + part["clock_offset_ns"]})
+            events.append(event if event["ph"] == "M" else {**event, "ts": event["ts"] + shift})
     timed = [e["ts"] for e in events if e["ph"] != "M"]
     origin = min(timed, default=0)
     for event in events:
         if event["ph"] != "M":
-            event["ts"] -= origin
+            event["ts"] = round(event["ts"] - origin, 3)
+    first = per_rank[0]["metadata"]
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",
-        "metadata": {"total_events": len(timed), "timestamp_offset": origin,
-                     "aligned": "device clocks tied to the host's monotonic clock at enable; earliest event at 0",
-                     "dropped_events": {part["rank"]: part["dropped_events"] for part in per_rank},
-                     "clock_offset_error_ns": max(part["clock_offset_error_ns"] for part in per_rank)},
+        "metadata": {key: first[key] for key in ("schema_version", "world_size", "max_events", "time_unit", "backend")}
+        | {"total_events": len(timed), "timestamp_offset_ns": round(origin * 1000),
+           "aligned": "device clocks tied to the host's monotonic clock at enable; earliest event at 0",
+           "dropped_events": {p["metadata"]["rank"]: p["metadata"]["dropped_events"] for p in per_rank},
+           "clock_offset_error_ns": max(p["metadata"]["clock_offset_error_ns"] for p in per_rank)},
     }
 
 

@@ -34,10 +34,11 @@ def test_merged_timeline_on_gpu(tmp_path):
     assert min(e["ts"] for e in timed) == 0 and len(timed) == WORLD * 30
     error = merged["metadata"]["clock_offset_error_ns"]
     assert error < 1_000_000, error  # a kernel launch and a sync: microseconds, not milliseconds
-    origin = merged["metadata"]["timestamp_offset"]
+    origin = merged["metadata"]["timestamp_offset_ns"]
     for r, result in enumerate(results):
         before, after = result["bracket"]
-        assert all(before - error <= e["ts"] + origin <= after + error for e in timed if e["pid"] == r), r
+        assert all(before - error - 1 <= round(e["ts"] * 1000) + origin <= after + error + 1
+                   for e in timed if e["pid"] == r), r
     print(f"\nmerge alignment: within {error} ns")
 
 

@@ -99,26 +99,67 @@ def remote_snapshot(expression: str, target: int, max_side: int = 256, index: in
             "allocation": allocation.offset}
 
 
-def heap_map() -> dict:
-    """This rank's heap: usage, and each live allocation with the variables that refer to it.
-
-    ``allocations`` is a list of dicts ``offset``, ``nbytes``, ``dtype``, ``shape``, ``label`` (the
-    ``name=`` given at creation) and ``names``: the rank namespace's variables holding a tensor that views
-    the allocation (names starting with ``_``, IPython's output history, are left out).
-    """
+def _variable_names(namespace: dict, ctx) -> dict[int, list[str]]:
+    """Allocation offset -> the rank namespace's variables holding a tensor that views it, sorted (names
+    starting with ``_``, IPython's output history, are left out)."""
     import torch
 
-    namespace = _namespace()
-    ctx = namespace["ctx"]
     names: dict[int, list[str]] = {}
     for name, value in list(namespace.items()):
         if not name.startswith("_") and isinstance(value, torch.Tensor) and ctx.heap.is_symmetric(value):
             names.setdefault(ctx.heap.find(value).offset, []).append(name)
+    return {offset: sorted(found) for offset, found in names.items()}
+
+
+def heap_map() -> dict:
+    """This rank's heap: usage, and each live allocation with the variables that refer to it.
+
+    ``allocations`` is a list of dicts ``offset``, ``nbytes``, ``dtype``, ``shape``, ``label`` (the
+    ``name=`` given at creation) and ``names``: the variables of :func:`_variable_names`.
+    """
+    namespace = _namespace()
+    ctx = namespace["ctx"]
+    names = _variable_names(namespace, ctx)
     usage = ctx.heap_usage()
     allocations = [
         {"offset": a.offset, "nbytes": a.nbytes, "dtype": str(a.dtype).removeprefix("torch."), "shape": a.shape,
-         "label": a.label, "names": sorted(names.get(a.offset, []))}
+         "label": a.label, "names": names.get(a.offset, [])}
         for a in ctx.heap.allocations()
     ]
     return {"rank": namespace.get("rank"), "size": usage.size, "used": usage.used, "free": usage.free,
             "largest_free": usage.largest_free, "fragmentation": usage.fragmentation, "allocations": allocations}
+
+
+def start_tracing(max_events: int) -> dict:
+    """Make this rank's ``ctx.tracing`` record a fresh capture of up to ``max_events`` events: enabled
+    (buffers allocated) when it is not or holds another number of events, else reset."""
+    tracing = _namespace()["ctx"].tracing
+    if tracing.enabled and tracing.max_events == max_events:
+        tracing.reset()
+    else:
+        tracing.enable(max_events=max_events)
+    return {"rank": _namespace().get("rank"), "max_events": tracing.max_events}
+
+
+def rank_trace() -> dict:
+    """This rank's trace (``ctx.tracing.trace()``) with each event's ``location`` named after the variable
+    holding its allocation, as the heap inspector names it (the ``name=`` label when no variable does);
+    ``status`` ``"missing"`` when tracing was never enabled here."""
+    namespace = _namespace()
+    ctx, rank = namespace["ctx"], namespace.get("rank")
+    if not ctx.tracing.enabled:
+        return {"status": "missing", "rank": rank,
+                "message": "tracing is not enabled: run a cell with %%iris_kernel --trace, or call "
+                           "ctx.tracing.enable() before the kernels"}
+    trace = ctx.tracing.trace()
+    names = _variable_names(namespace, ctx)
+    located = {}
+    for event in trace["traceEvents"]:
+        address = event.get("args", {}).get("address")
+        if address is None:
+            continue
+        if address not in located:
+            where = ctx.heap.locate(int(address, 16))
+            located[address] = where.named(", ".join(names.get(where.allocation_offset, [])) or None) if where else None
+        event["args"]["location"] = located[address]
+    return {"status": "ok", "rank": rank, "trace": trace}
