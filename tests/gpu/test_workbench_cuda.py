@@ -85,6 +85,47 @@ def test_remote_put_through_run_then_pull(shell):
     assert [float(t[0]) for t in wb.pull("received")] == [10 * v for v in expected(WORLD)]
 
 
+TRACED_RING = """
+@triton.jit
+def ring(context, tile, inbox, ready, rank: tl.constexpr, world: tl.constexpr, N: tl.constexpr):
+    dctx = DeviceContext.initialize(context, rank, world, tracing=True)
+    right = (rank + 1) % world
+    offs = tl.arange(0, N)
+    dctx.put(tile + offs, inbox + offs, right)
+    dctx.atomic_xchg(ready, 1, right, sem="release", scope="sys")
+    while dctx.atomic_cas(ready, 1, 1, rank, sem="acquire", scope="sys") != 1:
+        pass
+    y = dctx.load(inbox + offs, rank)
+
+tile = ctx.full((1024,), float(rank), name="tile")
+inbox = ctx.zeros(1024, name="inbox")
+ready = ctx.zeros(1, dtype=torch.int32)
+ctx.barrier()
+ring[(1,)](ctx.get_device_context(), tile, inbox, ready, rank, world_size, N=1024)
+ctx.barrier()
+"""
+
+
+def test_traced_cell_gives_a_timeline_with_each_release_seen(shell, monkeypatch, tmp_path):
+    from workbench.widgets.timeline import TimelineView
+
+    shown = []
+    monkeypatch.setattr("workbench.magics.display", shown.append)
+    result = shell.run_cell(f"%%iris_kernel --trace --timeout 120\n{TRACED_RING}", store_history=False)
+    assert result.error_in_exec is None, result.error_in_exec
+    (view,) = [d for d in shown if isinstance(d, TimelineView)]
+    timeline = view.timeline
+    assert {s.rank for s in timeline.spans} == set(range(WORLD)) and timeline.backend == "cuda"
+    assert sorted((a.source.rank, a.sink.rank) for a in timeline.arrows) == [(r, (r + 1) % WORLD)
+                                                                             for r in range(WORLD)]
+    put = next(s for s in timeline.spans if s.name == "put" and s.rank == 0)
+    assert put.location == "inbox[0]" and put.payload == 4096
+    assert 0 < timeline.end - timeline.start < 1e6, timeline.text()  # µs: well under a second on GPUs
+    print(view.summary())
+    shell.run_line_magic("iris", f"timeline --save {tmp_path / 'gpu_ring.json'}")
+    assert (tmp_path / "gpu_ring.json").stat().st_size > 0
+
+
 LAYOUTLESS_WITHOUT_CTX = """
 @gluon.jit
 def double(src, out, BLOCK: gl.constexpr):
