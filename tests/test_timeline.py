@@ -131,10 +131,15 @@ def test_zoom_lanes_and_the_saved_trace(shell, displayed, tmp_path):
     path = tmp_path / "ring.json"
     shell.run_line_magic("iris", f"timeline --save {path}")
     saved = json.loads(path.read_text())
-    timed = [e for e in saved["traceEvents"] if e["ph"] != "M"]
+    timed = [e for e in saved["traceEvents"] if e["ph"] in ("X", "i")]
     assert len(timed) == len(view.timeline.spans) and min(e["ts"] for e in timed) == 0
     assert {e["args"]["location"] for e in timed if e["name"] == "put"} == {"inbox[0]"}
     assert Timeline.from_trace(saved).text() == view.timeline.text()  # what a script gets from the file
+    flows = [e for e in saved["traceEvents"] if e["ph"] in ("s", "f")]  # Perfetto draws the arrows too
+    assert sorted(e["ph"] for e in flows) == ["f"] * WORLD + ["s"] * WORLD
+    for e in flows:  # each inside a slice of its own track, so that Perfetto binds it
+        assert any(t["pid"] == e["pid"] and t["tid"] == e["tid"] and t["ts"] <= e["ts"] <= t["ts"] + t["dur"]
+                   for t in timed), e
 
 
 def test_polls_and_plain_stores_draw_no_arrow(shell, displayed):

@@ -49,15 +49,18 @@ def test_merge_aligns_ranks_on_one_timeline(tmp_path):
     merged = json.loads((tmp_path / "run.json").read_text())
     assert merged == results[0]["merged"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"] + [f"run_rank{r}.json" for r in range(world)]
-    timed = [e for e in merged["traceEvents"] if e["ph"] != "M"]
-    names = {e["pid"]: e["args"]["name"] for e in merged["traceEvents"] if e["ph"] == "M"}
+    timed = [e for e in merged["traceEvents"] if e["ph"] in ("X", "i")]
+    names = {e["pid"]: e["args"]["name"] for e in merged["traceEvents"] if e["name"] == "process_name"}
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in merged["traceEvents"] if e["name"] == "thread_name"}
+    assert tracks == {(r, p): f"program {p}" for r in range(world) for p in range(2)}  # a track per program
+    assert all(e["tid"] == e["args"]["program_id"] for e in timed)
     assert names == {r: f"Rank {r}" for r in range(world)}
     assert min(e["ts"] for e in timed) == 0 and merged["metadata"]["total_events"] == len(timed) == world * 30
     origin = merged["metadata"]["timestamp_offset_ns"]
     for r, result in enumerate(results):
         before, after = result["bracket"]
         mine = [e for e in timed if e["pid"] == r]
-        assert len(mine) == 30 and result["mine_events"] == 31 and result["mine_metadata"]["rank"] == r
+        assert len(mine) == 30 and result["mine_events"] == 30 + 3 and result["mine_metadata"]["rank"] == r
         # On the host's clock, inside its bracket (ts is in µs to the ns: 1 ns of rounding either way).
         assert all(before - 1 <= round(e["ts"] * 1000) + origin <= after + 1 for e in mine), r
     assert merged["metadata"]["dropped_events"] == {str(r): 0 for r in range(world)}  # JSON keys

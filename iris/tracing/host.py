@@ -37,6 +37,7 @@ from .events import (
     SLOT_OP_INDEX_COUNTER,
     TRACING_SLOTS,
 )
+from .timeline import Timeline
 
 SCHEMA_VERSION = "1.1"  # upstream's
 CLOCK_PROBES = 5  # brackets tried when tying the device clock to the host's; the narrowest one is kept
@@ -121,11 +122,11 @@ class Tracing:
         """
         self._require_enabled("trace")
         recorded = self.recorded()
-        events = self._trace_events(min(recorded, self.max_events))
+        stored = min(recorded, self.max_events)
         return {
-            "traceEvents": events,
+            "traceEvents": self._trace_events(stored),
             "displayTimeUnit": "ns",
-            "metadata": {**self._metadata(), "rank": self.iris.cur_rank, "num_events": len(events) - 1,
+            "metadata": {**self._metadata(), "rank": self.iris.cur_rank, "num_events": stored,
                          "dropped_events": max(0, recorded - self.max_events),
                          "clock_offset_ns": self.clock_offset_ns, "clock_offset_error_ns": self.clock_offset_error_ns},
         }
@@ -138,7 +139,12 @@ class Tracing:
         that; the other ranks return ``{}``, as upstream's. Open the files at https://ui.perfetto.dev.
 
         ``ts`` and ``dur`` are microseconds, as the Chrome trace format defines them (to the nanosecond:
-        three decimals), so Perfetto shows true durations; upstream writes raw clock values there. Each
+        three decimals), so Perfetto shows true durations; upstream writes raw clock values there. ``tid`` is
+        the program id (a track per program, named by ``thread_name`` records), where upstream's is the
+        compute unit: several programs run on one unit at once, and their events would overlap on one track
+        without nesting, which Perfetto cannot draw; the unit stays in ``args["cu_id"]``. The merged trace
+        also holds flow events (``ph`` ``"s"``/``"f"``) for the release -> acquire arrows of
+        :class:`~iris.tracing.timeline.Timeline`, which Perfetto draws as arrows too. Each
         event's ``args`` also name what it touched: ``heap_offset`` and ``location`` (``flags[2]``, from the
         allocations' ``name=`` labels; see :meth:`iris.heap.SymmetricHeap.locate`).
 
@@ -200,7 +206,8 @@ class Tracing:
         return offset, (width + 1) // 2
 
     def _trace_events(self, count: int) -> list[dict]:
-        """This rank's first ``count`` events in upstream's JSON form (times in µs), then the process-name record."""
+        """This rank's first ``count`` events in upstream's JSON form (times in µs), then the names of the process
+        (the rank) and of its tracks (the programs)."""
         rank = self.iris.cur_rank
         column = {name: buffer[:count].cpu().tolist() for name, buffer in self.trace_buffers.items()}
         locations = {}  # address -> HeapLocation; polling loops repeat a few addresses many times
@@ -212,8 +219,7 @@ class Tracing:
             where = locations[address]
             event = {
                 "name": EVENT_NAMES.get(column["event_id"][i], f"unknown_{column['event_id'][i]}"),
-                "cat": "iris", "ts": ns_to_us(start), "pid": column["cur_rank"][i],
-                "tid": f"XCC{column['xcc_id'][i]}_CU{column['cu_id'][i]}",
+                "cat": "iris", "ts": ns_to_us(start), "pid": column["cur_rank"][i], "tid": column["pid"][i],
                 "args": {"program_id": column["pid"][i], "pid_m": column["pid_m"][i], "pid_n": column["pid_n"][i],
                          "target_rank": column["target_rank"][i], "address": hex(address),
                          "xcc_id": column["xcc_id"][i], "cu_id": column["cu_id"][i],
@@ -223,6 +229,8 @@ class Tracing:
             event.update({"ph": "X", "dur": ns_to_us(end - start)} if end > 0 else {"ph": "i", "s": "t"})
             events.append(event)
         events.append({"name": "process_name", "ph": "M", "pid": rank, "args": {"name": f"Rank {rank}"}})
+        events += [{"name": "thread_name", "ph": "M", "pid": rank, "tid": program, "args": {"name": f"program {program}"}}
+                   for program in sorted(set(column["pid"]))]
         return events
 
 
@@ -258,7 +266,7 @@ def merge_traces(per_rank: list[dict]) -> dict:
         if event["ph"] != "M":
             event["ts"] = round(event["ts"] - origin, 3)
     first = per_rank[0]["metadata"]
-    return {
+    merged = {
         "traceEvents": events,
         "displayTimeUnit": "ns",
         "metadata": {key: first[key] for key in ("schema_version", "world_size", "max_events", "time_unit", "backend")}
@@ -267,6 +275,8 @@ def merge_traces(per_rank: list[dict]) -> dict:
            "dropped_events": {p["metadata"]["rank"]: p["metadata"]["dropped_events"] for p in per_rank},
            "clock_offset_error_ns": max(p["metadata"]["clock_offset_error_ns"] for p in per_rank)},
     }
+    merged["traceEvents"] += Timeline.from_trace(merged).flow_events()
+    return merged
 
 
 def _write(path: str, data: dict) -> None:
