@@ -229,8 +229,8 @@ class Tracing:
             event.update({"ph": "X", "dur": ns_to_us(end - start)} if end > 0 else {"ph": "i", "s": "t"})
             events.append(event)
         events.append({"name": "process_name", "ph": "M", "pid": rank, "args": {"name": f"Rank {rank}"}})
-        events += [{"name": "thread_name", "ph": "M", "pid": rank, "tid": program, "args": {"name": f"program {program}"}}
-                   for program in sorted(set(column["pid"]))]
+        events += [{"name": "thread_name", "ph": "M", "pid": rank, "tid": program,
+                    "args": {"name": f"program {program}"}} for program in sorted(set(column["pid"]))]
         return events
 
 
