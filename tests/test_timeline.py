@@ -186,3 +186,31 @@ def test_many_events_stay_a_small_picture():
     assert svg.count("<rect") < 2_000 and len(svg) < 500_000
     assert re.search(r"\d+ × atomic_add on rank 0 program 0", svg)
     assert timeline_svg(timeline, (0, 1e-3)).startswith("<svg")  # a window holding (almost) nothing still draws
+
+
+def _event(name, ts, rank, program, target=0, dur=0.5):
+    return {"name": name, "ph": "X", "ts": ts, "dur": dur, "pid": rank,
+            "args": {"program_id": program, "target_rank": target, "heap_offset": 256, "location": "flags[0]",
+                     "payload_size": 4}}
+
+
+def test_arrow_rule_on_its_edge_cases():
+    def arrows(events, **metadata):
+        timeline = Timeline.from_trace({"traceEvents": events, "metadata": {"world_size": 2, **metadata}})
+        return [(a.source.start, a.sink.start) for a in timeline.arrows]
+
+    # A release polled by another program of the same rank: an arrow; by the same program id (the trace does
+    # not tell launches apart), none.
+    assert arrows([_event("atomic_add", 1, 0, 0), _event("atomic_cas", 5, 0, 1)]) == [(1, 5)]
+    assert arrows([_event("atomic_add", 1, 0, 0), _event("atomic_cas", 5, 0, 0)]) == []
+    # A barrier's arrival (add, then polls of the same counter): the sink's own add is not its source, the
+    # peer's is; and the peer's polls saw this rank's add.
+    barrier = [_event("atomic_add", 1, 0, 0), _event("atomic_cas", 2, 0, 0), _event("atomic_cas", 4, 0, 0),
+               _event("atomic_add", 3, 1, 0), _event("atomic_cas", 3.6, 1, 0)]
+    assert sorted(arrows(barrier)) == [(1, 3.6), (3, 4)]
+    # A write that began after the poll ended saw nothing, unless the clocks may disagree by that much.
+    late = [_event("atomic_cas", 1, 1, 0), _event("atomic_xchg", 1.6, 0, 0)]
+    assert arrows(late) == [] and arrows(late, clock_offset_error_ns=200) == [(1.6, 1)]
+    # Reads by the writer's own run, compare-and-swap "writers" and plain stores draw nothing.
+    assert arrows([_event("atomic_cas", 1, 0, 0), _event("atomic_cas", 2, 1, 0), _event("store", 3, 0, 0),
+                   _event("load", 4, 1, 0)]) == []

@@ -78,6 +78,13 @@ def _is_block(block_type):
 
 
 @triton.jit
+def _linear_program_id():
+    # Upstream records tl.program_id(0), the same on its 1-D grids; on a 2-D or 3-D grid that would give
+    # programs (0, 0) and (0, 1) one id, and one lane on the timeline. Row-major over the grid instead.
+    return tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
+
+
+@triton.jit
 def _buffer(slots, index: tl.constexpr, dtype: tl.constexpr):
     return tl.load(slots + index).to(tl.pointer_type(dtype))
 
@@ -142,7 +149,7 @@ class DeviceTracing:
         if _is_block(address.type):
             first = tl.min(first)
         tl.store(_buffer(self.slots, _EVENT_ID, tl.int32) + slot, event_id, mask=kept)
-        tl.store(_buffer(self.slots, _PID, tl.int32) + slot, tl.program_id(0), mask=kept)
+        tl.store(_buffer(self.slots, _PID, tl.int32) + slot, _linear_program_id(), mask=kept)
         tl.store(_buffer(self.slots, _PID_M, tl.int32) + slot, pid_m, mask=kept)
         tl.store(_buffer(self.slots, _PID_N, tl.int32) + slot, pid_n, mask=kept)
         tl.store(_buffer(self.slots, _CUR_RANK, tl.int32) + slot, tl.load(self.context).to(tl.int32), mask=kept)

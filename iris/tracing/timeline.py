@@ -7,9 +7,13 @@
   location it touched (``flags[2]``) and its payload;
 * :class:`Arrow`: a release seen by an acquire. The trace records neither memory orders nor values, so the
   arrow is inferred from what the trace does record: an atomic that writes a location (any atomic but a
-  compare-and-swap, which polling loops use) is linked to the access of that location by another program
-  that ended a run of such accesses (a polling loop exits when it sees the value) after the write began,
-  the latest such write being the source. One arrow per writer and reading program.
+  compare-and-swap, which polling loops use) is linked to the access of that location by a program that
+  ended a run of such accesses (a polling loop exits when it sees the value) after the write began, the
+  latest such write by another program being the source (a program's own write, such as its arrival at a
+  barrier before it polls, is not what it waited for; the trace does not tell launches apart, so the same
+  program id of an earlier kernel on that rank counts as the same program). One arrow per writer and
+  reading program. On GPUs the ranks' clocks agree to within ``clock_offset_error_ns`` (microseconds): the
+  rule allows for it.
 * :meth:`Timeline.table`: per rank, how many events and how long of each kind, and the time waited on
   locations (the runs above), as rows for a report.
 
@@ -160,7 +164,8 @@ class Timeline:
         metadata = trace.get("metadata", {})
         world = int(metadata.get("world_size", 1 + max((s.rank for s in spans), default=0)))
         dropped = {int(rank): int(n) for rank, n in metadata.get("dropped_events", {}).items()}
-        return cls(spans, _arrows(spans), world, dropped, metadata.get("backend", ""))
+        tolerance = metadata.get("clock_offset_error_ns", 0) / 1000
+        return cls(spans, _arrows(spans, tolerance), world, dropped, metadata.get("backend", ""))
 
     @property
     def start(self) -> float:
@@ -248,8 +253,9 @@ def _location_key(span: Span):
     return (span.target_rank, span.heap_offset) if span.heap_offset is not None else None
 
 
-def _arrows(spans: list[Span]) -> list[Arrow]:
-    """Release -> acquire arrows (see the module's docstring for the rule)."""
+def _arrows(spans: list[Span], tolerance: float = 0.0) -> list[Arrow]:
+    """Release -> acquire arrows (see the module's docstring for the rule); ``tolerance``: µs by which the
+    ranks' clocks may disagree."""
     writers = defaultdict(list)  # location -> writing atomics, by start time
     for s in spans:
         if s.name in WRITING_ATOMICS and _location_key(s) is not None:
@@ -268,8 +274,9 @@ def _arrows(spans: list[Span]) -> list[Arrow]:
             if key not in writers:
                 continue
             candidates = writers[key]
-            i = bisect.bisect_right(starts[key], sink.end)  # writes begun by the time the sink ended
-            while i > 0 and candidates[i - 1].lane == lane:  # its own program's writes are not what it waited for
+            # Writes begun by the time the sink ended (give or take how well the ranks' clocks are aligned) ...
+            i = bisect.bisect_right(starts[key], sink.end + tolerance)
+            while i > 0 and candidates[i - 1].lane == lane:  # ... but not its own program's (a barrier's arrival)
                 i -= 1
             if i == 0:
                 continue

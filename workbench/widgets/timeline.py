@@ -29,7 +29,7 @@ from .static import StaticForm
 COLOURS = {"read": "#4e79a7", "write": "#59a14f", "atomic": "#f28e2b", "compute": "#b07aa1", "wait": "#bab0ac",
            "fetch": "#76b7b2", "other": "#9c755f"}
 ARROW_COLOUR = "#c0392b"
-WIDTH, LABEL_WIDTH, ROW_HEIGHT, AXIS_HEIGHT = 920, 120, 14, 26
+WIDTH, LABEL_WIDTH, RIGHT_MARGIN, ROW_HEIGHT, AXIS_HEIGHT = 920, 120, 36, 14, 26  # (the last tick's label fits)
 MAX_ROWS_PER_RANK = 6  # overlapping events of one rank stack up to this many rows (the last one takes the rest)
 PROGRAM_LANES_UP_TO = 8  # a lane per program by default when no rank has more programs than this
 MAX_ARROWS_LISTED = 12
@@ -177,7 +177,7 @@ def timeline_svg(timeline: Timeline, window: tuple[float, float], mode: str = "r
     end = max(end, start + 1e-3)
     visible = [s for s in timeline.spans if s.end >= start and s.start <= end]
     labels, row_of = _lanes(timeline, visible, mode)
-    plot = WIDTH - LABEL_WIDTH
+    plot = WIDTH - LABEL_WIDTH - RIGHT_MARGIN
     height = AXIS_HEIGHT + ROW_HEIGHT * max(len(labels), 1) + 4
 
     def x(t: float) -> float:
