@@ -19,6 +19,7 @@ Run with ``torchrun --nproc_per_node=2 script.py``:
 from __future__ import annotations
 
 import os
+import weakref
 from types import MappingProxyType
 
 import torch
@@ -27,6 +28,7 @@ from . import logging as _log
 from . import tensor_creation
 from .backend import choose_allocator, choose_backend
 from .ccl import CCL
+from .checking import Race, choose_check
 from .device import HEAP_SIZE_SLOT, enable_debug_checks
 from .device import DeviceContext as TritonContext  # noqa: F401  (upstream's name, iris.context.TritonContext)
 from .distributed import HostGroup
@@ -51,10 +53,12 @@ class Iris:
         ``heap.heap_bases``, as upstream's).
     allocator_type : str
         ``"torch"``: see :func:`iris.backend.choose_allocator`.
+    check : str or None
+        ``"races"`` when kernels are checked for data races (:meth:`races`), else None.
     """
 
     def __init__(self, heap_size: int | str = 1 << 30, allocator_type: str | None = None, *,
-                 backend: str | None = None, debug: bool | None = None):
+                 backend: str | None = None, debug: bool | None = None, check: str | None = None):
         self.backend = choose_backend(backend)
         self.allocator_type = choose_allocator(allocator_type)
         if self.backend == "cpu":
@@ -64,6 +68,7 @@ class Iris:
         self.group = HostGroup.from_environment()
         self.cur_rank = self.group.rank
         self.num_ranks = self.group.world_size
+        self.check = choose_check(check, self.backend, self.cur_rank)
         self.debug_mode = bool(debug) if debug is not None else os.environ.get("IRIS_DEBUG", "0") not in ("", "0")
         self.heap = SymmetricHeap(parse_size(heap_size), self.group, self.backend)
         self.heap_size = self.heap.size
@@ -81,6 +86,13 @@ class Iris:
         if self.debug_mode:
             enable_debug_checks(self.cur_rank)
         self.ccl = CCL(self)  # collectives as methods: ctx.ccl.all_reduce(out, inp), ...
+        self._race_detector = None
+        if self.check == "races":
+            from .checking.detector import RaceDetector
+
+            self._race_detector = detector = RaceDetector(self.heap, self.group)
+            self.heap.on_allocate.append(detector.forget)
+            weakref.finalize(self, detector.close)  # the detector must not keep the context alive
         self.group.barrier()
         self.debug(f"heap of {self.heap_size} bytes on {self.device} ({self.backend} backend), bases {self.heap.bases}")
 
@@ -305,7 +317,10 @@ class Iris:
             stream.synchronize()
         else:
             self.heap.memory.synchronize()
-        self.group.barrier()
+        if self._race_detector is not None:
+            self._race_detector.host_barrier(self.group)  # the barrier, telling the race checker too
+        else:
+            self.group.barrier()
 
     def device_barrier(self, group=None) -> None:
         """Barrier on the device: this rank's later stream work waits until every rank's earlier work is done.
@@ -325,6 +340,29 @@ class Iris:
         ``ctx.ccl`` (:meth:`iris.ccl.CCL.barrier_state`).
         """
         return MappingProxyType(self.ccl.barrier_state())
+
+    def races(self) -> list[Race]:
+        """The data races this rank's kernels ran into since the last call (then forgotten); needs ``check="races"``.
+
+        Each :class:`iris.Race` names the kernel, the allocation (its ``name=``, else its offset) and element, and
+        both accesses (rank, program id, kind, ``file:line``). A race is reported by the rank whose access came
+        second, so gather every rank's list to see them all. An :class:`iris.RaceWarning` is also issued when a
+        race is found, once per pair of source lines.
+
+        Examples
+        --------
+        >>> ctx = iris.iris("16MiB", check="races")                  # doctest: +SKIP
+        >>> producer[(1,)](data, flag, ctx.get_rank(), 1, ctx.get_heap_bases())   # doctest: +SKIP
+        >>> ctx.barrier()                                              # doctest: +SKIP
+        >>> [str(race) for race in ctx.races()]                        # doctest: +SKIP
+        ["race on data[0] (rank 1's heap): store at mp.py:9 (rank 0, program (0, 0, 0), kernel producer) and ..."]
+        """
+        if self._race_detector is None:
+            raise RuntimeError(
+                f"rank {self.cur_rank}: ctx.races() needs the race checker, which is off: create the context with "
+                "iris.iris(..., check='races') (or set IRIS_CHECK=races) on the CPU backend"
+            )
+        return self._race_detector.take_races()
 
     def broadcast(self, value, src: int = 0, *, source_rank: int | None = None):
         """``src``'s value on every rank; tensors and arrays come back as numpy arrays.
@@ -354,7 +392,7 @@ class Iris:
 
 
 def iris(heap_size: int | str = 1 << 30, allocator_type: str | None = None, *, backend: str | None = None,
-         debug: bool | None = None) -> Iris:
+         debug: bool | None = None, check: str | None = None) -> Iris:
     """Create this rank's :class:`Iris` context (collective: every rank calls it).
 
     Parameters
@@ -369,10 +407,14 @@ def iris(heap_size: int | str = 1 << 30, allocator_type: str | None = None, *, b
         None/"auto" reads ``IRIS_BACKEND``, else picks ``cuda`` when a GPU is visible, else ``cpu``.
     debug : bool, optional
         Check every translated pointer in kernels (also ``IRIS_DEBUG=1``).
+    check : {None, "races", "none"}
+        ``"races"``: check every heap access of every kernel for data races (CPU backend only; see
+        :meth:`Iris.races`). None reads ``IRIS_CHECK`` (unset: no check).
 
     Examples
     --------
     >>> ctx = iris.iris("64MiB", backend="cpu")      # doctest: +SKIP
+    >>> ctx = iris.iris("16MiB", backend="cpu", check="races")   # doctest: +SKIP
     >>> ctx = iris.iris(1 << 30, allocator_type="torch")   # upstream's spelling  # doctest: +SKIP
     """
-    return Iris(heap_size, allocator_type, backend=backend, debug=debug)
+    return Iris(heap_size, allocator_type, backend=backend, debug=debug, check=check)

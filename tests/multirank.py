@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def our_heap_files() -> set[str]:
-    """Names of iris CPU heap files now in /dev/shm."""
+    """Names of iris CPU heap files (and their race-checker shadow files: same prefix) now in /dev/shm."""
     from iris.heap.cpu import PREFIX, SHM_DIR
 
     return {name for name in os.listdir(SHM_DIR) if name.startswith(PREFIX)}

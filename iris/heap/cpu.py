@@ -4,7 +4,8 @@ and write other ranks' heaps through plain addresses (real cross-process memory,
 Files are created with mode 0600 and unlinked as soon as every rank has mapped them: the mappings stay
 valid, and nothing is left in /dev/shm even if a rank is killed with SIGKILL afterwards. A rank killed in
 the few milliseconds before that leaves a file named after its pid; the next heap created on the machine
-removes such files of dead processes.
+removes such files of dead processes. The race checker's shadow state (:mod:`iris.checking.shadow`) lives in
+files of the same kind, one per rank too, named here with the role ``shadow``.
 
 Examples
 --------
@@ -25,12 +26,17 @@ import torch
 
 SHM_DIR = "/dev/shm"
 PREFIX = "iris-workbench-heap"
-_NAME = re.compile(rf"^{PREFIX}-u(\d+)-p(\d+)-[0-9a-f]+-r\d+$")
+ROLES = ("heap", "shadow")  # what a file holds: a heap, or the race checker's shadow state of one
+_NAME = re.compile(rf"^{PREFIX}-u(\d+)-p(\d+)-[0-9a-f]+-r\d+(-shadow)?$")
 
 
-def heap_file_name(session: str, rank: int) -> str:
-    """Name of rank's heap file: says it is ours, whose (uid) and which process (pid) created it."""
-    return f"{PREFIX}-u{os.getuid()}-p{os.getpid()}-{session}-r{rank}"
+def heap_file_name(session: str, rank: int, role: str = "heap") -> str:
+    """Name of rank's heap file (or of its shadow, ``role="shadow"``): says it is ours, whose (uid) and which
+    process (pid) created it."""
+    if role not in ROLES:
+        raise ValueError(f"unknown heap file role {role!r}: use one of {ROLES}")
+    suffix = "" if role == "heap" else f"-{role}"
+    return f"{PREFIX}-u{os.getuid()}-p{os.getpid()}-{session}-r{rank}{suffix}"
 
 
 def _heap_files() -> list[tuple[str, int]]:
@@ -111,39 +117,13 @@ class ShmHeapMemory:
         self.rank = group.rank
         remove_stale_heap_files()
         _check_room(self.size * group.world_size, group.rank)
-        session = group.broadcast_object(secrets.token_hex(4) if group.rank == 0 else None)
-        own_path = os.path.join(SHM_DIR, heap_file_name(session, group.rank))
         self._mappings: list[mmap.mmap] = []
-        try:
-            own = self._create(own_path)
-            paths = group.all_gather_object(own_path)
-            for rank, path in enumerate(paths):
-                self._mappings.append(own if rank == group.rank else self._open(path, rank))
-            group.barrier()  # every rank has mapped every file: the names are no longer needed
-        finally:
-            _unlink_quietly(own_path)
+        for fd in open_rank_files(self.size, group, "heap"):
+            try:
+                self._mappings.append(mmap.mmap(fd, self.size))
+            finally:
+                os.close(fd)
         self.bases = [_address_of(m) for m in self._mappings]
-
-    def _create(self, path: str) -> mmap.mmap:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            os.ftruncate(fd, self.size)
-            return mmap.mmap(fd, self.size)
-        finally:
-            os.close(fd)
-
-    def _open(self, path: str, rank: int) -> mmap.mmap:
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except FileNotFoundError as err:
-            raise RuntimeError(
-                f"rank {self.rank}: rank {rank}'s heap file {path} is missing: the ranks must run on one machine "
-                "and share /dev/shm (the CPU backend does not span machines)"
-            ) from err
-        try:
-            return mmap.mmap(fd, self.size)
-        finally:
-            os.close(fd)
 
     def view(self, rank: int, offset: int, nbytes: int):
         """``(tensor, owner)``: a 1-D uint8 tensor over ``nbytes`` of rank's heap from ``offset``.
@@ -157,6 +137,51 @@ class ShmHeapMemory:
 
     def synchronize(self) -> None:
         """Nothing to wait for: the interpreter runs kernels synchronously."""
+
+
+def open_rank_files(size: int, group, role: str) -> list[int]:
+    """Every rank's file of ``role``, ``size`` bytes (sparse), open read-write; collective.
+
+    Each rank creates its own file (mode 0600), opens every other rank's, and unlinks its own once every
+    rank has opened them all, so that nothing is left in /dev/shm whatever happens to the ranks later.
+
+    Returns
+    -------
+    list of int
+        File descriptors in rank order; the caller maps and closes them.
+
+    Examples
+    --------
+    >>> fds = open_rank_files(1 << 20, group, "shadow")     # doctest: +SKIP
+    """
+    session = group.broadcast_object(secrets.token_hex(4) if group.rank == 0 else None)
+    own_path = os.path.join(SHM_DIR, heap_file_name(session, group.rank, role))
+    try:
+        opened = {group.rank: os.open(own_path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)}
+        try:
+            os.ftruncate(opened[group.rank], size)
+            paths = group.all_gather_object(own_path)
+            for rank, path in enumerate(paths):
+                if rank != group.rank:
+                    opened[rank] = _open(path, rank, group.rank)
+            group.barrier()  # every rank has opened every file: the names are no longer needed
+        except BaseException:
+            for fd in opened.values():
+                os.close(fd)
+            raise
+    finally:
+        _unlink_quietly(own_path)
+    return [opened[rank] for rank in range(len(paths))]
+
+
+def _open(path: str, rank: int, own_rank: int) -> int:
+    try:
+        return os.open(path, os.O_RDWR)
+    except FileNotFoundError as err:
+        raise RuntimeError(
+            f"rank {own_rank}: rank {rank}'s heap file {path} is missing: the ranks must run on one machine "
+            "and share /dev/shm (the CPU backend does not span machines)"
+        ) from err
 
 
 def _unlink_quietly(path: str) -> None:

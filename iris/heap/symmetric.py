@@ -77,11 +77,18 @@ class HeapLocation:
     def allocation_offset(self) -> int | None:
         return self.allocation.offset if self.allocation is not None else None
 
+    @property
+    def allocation_name(self) -> str | None:
+        """The allocation's ``name=`` label, else ``alloc@<offset>``; None outside the live allocations."""
+        if self.allocation is None:
+            return None
+        return self.allocation.label or f"alloc@{self.allocation.offset:#x}"
+
     def named(self, name: str | None) -> str:
         """This location with its allocation called ``name`` (e.g. a variable's); ``str()`` when None."""
         if self.allocation is None:
             return f"heap+{self.offset:#x}"
-        name = name or self.allocation.label or f"alloc@{self.allocation.offset:#x}"
+        name = name or self.allocation_name
         return f"{name}[{', '.join(map(str, self.element))}]" if self.element else name
 
     def __str__(self) -> str:
@@ -130,6 +137,8 @@ class SymmetricHeap:
         self._allocator = Allocator(self.size, alignment)
         self._live: dict[int, _Allocation] = {}
         self._count = 0
+        # Called with (offset, reserved bytes) of every new allocation (the race checker forgets old accesses).
+        self.on_allocate: list = []
 
     # -- allocation -------------------------------------------------------------------------------
     def allocate(self, size, dtype: torch.dtype, label: str | None = None) -> torch.Tensor:
@@ -155,6 +164,8 @@ class SymmetricHeap:
         tensor = raw[:nbytes].view(dtype).view(shape)
         info = AllocationInfo(offset, nbytes, dtype, shape, label)
         self._live[offset] = _Allocation(info, reserved, weakref.ref(owner))
+        for listener in self.on_allocate:
+            listener(offset, reserved)
         return tensor
 
     def _shape(self, size) -> tuple[int, ...]:

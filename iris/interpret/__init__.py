@@ -14,6 +14,9 @@ around, and why):
 * :mod:`.clock`: the device clock's inline PTX reads the host's monotonic clock (device tracing);
 * :mod:`.guard`: launching a kernel decorated before activation raises a clear ``RuntimeError``.
 
+Installed later, by the first observer only: :mod:`.access_events` reports every load, store, atomic, launch and
+program to observers (the race checker, :mod:`iris.checking`).
+
 Examples
 --------
 >>> import iris.interpret

@@ -5,7 +5,8 @@ import warnings
 
 TESTED_TRITON_VERSIONS = ("3.6.0",)
 
-# Every Triton internal the adapter reads or wraps, as (module, attribute).
+# Every Triton internal the adapter reads or wraps, as (module, attribute); an attribute may be dotted
+# (a class's method).
 REQUIRED_TRITON_INTERNALS = (
     ("triton.knobs", "runtime"),
     ("triton.runtime.jit", "JITFunction"),
@@ -15,6 +16,13 @@ REQUIRED_TRITON_INTERNALS = (
     ("triton.runtime.interpreter", "interpreter_builder"),
     ("triton.runtime.interpreter", "InterpreterBuilder"),
     ("triton.runtime.interpreter", "TensorHandle"),
+    ("triton.runtime.interpreter", "InterpreterBuilder.create_masked_load"),
+    ("triton.runtime.interpreter", "InterpreterBuilder.create_masked_store"),
+    ("triton.runtime.interpreter", "InterpreterBuilder.create_atomic_rmw"),
+    ("triton.runtime.interpreter", "InterpreterBuilder.create_atomic_cas"),
+    ("triton.runtime.interpreter", "InterpreterBuilder.set_grid_idx"),
+    ("triton._C.libtriton.ir", "MEM_SEMANTIC"),
+    ("triton._C.libtriton.ir", "ATOMIC_OP"),
     ("triton.runtime.interpreter", "_LangPatchScope"),
     ("triton.runtime.errors", "InterpreterError"),
     ("triton.language.semantic", "TritonSemantic"),
@@ -50,7 +58,10 @@ def missing_triton_internals():
         except ImportError:
             missing.append(module_name)
             continue
-        if not hasattr(module, attribute):
+        owner = module
+        for part in attribute.split("."):
+            owner = getattr(owner, part, None)
+        if owner is None:
             missing.append(f"{module_name}.{attribute}")
     return missing
 

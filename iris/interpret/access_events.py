@@ -1,0 +1,197 @@
+"""Tell observers about every memory access, launch and program of interpreted kernels (for the race checker).
+
+Why: a checker of memory ordering must see every load, store and atomic a kernel makes, whichever API made it
+(``iris.load``, ``DeviceContext``, ``IrisDeviceCtx``, plain ``tl.load``/``gl.store`` on translated pointers),
+and know which launch and which program made it. Everything reaches memory through the interpreter's builder
+(``InterpreterBuilder.create_masked_load``/``create_masked_store``, which ``create_load``, block pointers and
+tensor descriptors call too, ``create_atomic_rmw`` and ``create_atomic_cas`` in triton/runtime/interpreter.py),
+programs start at ``InterpreterBuilder.set_grid_idx``, and launches run in ``GridExecutor.__call__``.
+
+Fix: those methods are wrapped, once, when the first observer is added; with no observer they cost one list
+check. Observers get numpy arrays and plain strings, never Triton objects, so that the checker (an iris
+feature, :mod:`iris.checking`) knows nothing of Triton's internals. An observer is any object with:
+
+* ``launch_started(kernel_name)`` and ``launch_finished()``: around every interpreted launch;
+* ``program_started(program_id, grid)``: ``(x, y, z)`` and the launch's grid ``(nx, ny, nz)``, before each
+  program of the launch runs;
+* ``access(kind, addresses, mask, itemsize)``: after a load (``"load"``) or store (``"store"``);
+  ``addresses`` is a flat uint64 array, ``mask`` a bool array of the same length;
+* ``atomic(kind, addresses, mask, itemsize, sem, perform)``: ``kind`` such as ``"atomic_add"``, ``sem`` one of
+  ``"relaxed"``, ``"acquire"``, ``"release"``, ``"acq_rel"``; it must call ``perform()`` exactly once, which
+  runs the atomic and returns ``(result, wrote)`` (``wrote``: the lanes that modified memory: a compare-and-swap
+  that failed did not), and return ``result``. Wrapping the real atomic lets the observer make the atomic and
+  its own bookkeeping one indivisible step across processes.
+
+Examples
+--------
+>>> class Printer:
+...     def launch_started(self, kernel): print("launch", kernel)
+...     def launch_finished(self): pass
+...     def program_started(self, program_id, grid): pass
+...     def access(self, kind, addresses, mask, itemsize): print(kind, addresses[mask])
+...     def atomic(self, kind, addresses, mask, itemsize, sem, perform): return perform()[0]
+>>> add_observer(Printer())                    # doctest: +SKIP
+"""
+
+import functools
+
+import numpy as np
+from triton._C.libtriton import ir
+from triton.runtime import interpreter
+
+from .patching import replace_once
+
+_observers = []
+
+SEMANTICS = {
+    ir.MEM_SEMANTIC.RELAXED: "relaxed",
+    ir.MEM_SEMANTIC.ACQUIRE: "acquire",
+    ir.MEM_SEMANTIC.RELEASE: "release",
+    ir.MEM_SEMANTIC.ACQUIRE_RELEASE: "acq_rel",
+}
+
+# The user-facing name of each read-modify-write (float add, unsigned min/max are Triton's lowerings).
+RMW_KINDS = {
+    ir.ATOMIC_OP.ADD: "atomic_add", ir.ATOMIC_OP.FADD: "atomic_add",
+    ir.ATOMIC_OP.MIN: "atomic_min", ir.ATOMIC_OP.UMIN: "atomic_min",
+    ir.ATOMIC_OP.MAX: "atomic_max", ir.ATOMIC_OP.UMAX: "atomic_max",
+    ir.ATOMIC_OP.AND: "atomic_and", ir.ATOMIC_OP.OR: "atomic_or", ir.ATOMIC_OP.XOR: "atomic_xor",
+    ir.ATOMIC_OP.XCHG: "atomic_xchg",
+}
+
+
+def add_observer(observer) -> None:
+    """Report every later access, launch and program start to ``observer`` (see the module docstring)."""
+    _install()
+    if observer not in _observers:
+        _observers.append(observer)
+
+
+def remove_observer(observer) -> None:
+    """Stop reporting to ``observer``; nothing happens if it was not added."""
+    if observer in _observers:
+        _observers.remove(observer)
+
+
+def _lanes(pointers, mask):
+    """Flat addresses and the flat mask broadcast to them (a scalar mask such as ``get_int1(True)`` included)."""
+    addresses = np.ascontiguousarray(pointers.data, dtype=np.uint64).reshape(-1)
+    lanes = np.broadcast_to(np.asarray(mask.data, dtype=bool), pointers.data.shape).reshape(-1)
+    return addresses, lanes
+
+
+def _itemsize(pointers):
+    return max(1, pointers.get_element_ty().primitive_bitwidth // 8)  # int1 is stored in a byte
+
+
+def _observed_load(create_masked_load):
+    @functools.wraps(create_masked_load)
+    def load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
+        result = create_masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
+        if _observers:
+            addresses, lanes = _lanes(ptrs, mask)
+            for observer in list(_observers):
+                observer.access("load", addresses, lanes, _itemsize(ptrs))
+        return result
+
+    return load
+
+
+def _observed_store(create_masked_store):
+    @functools.wraps(create_masked_store)
+    def store(self, ptrs, value, mask, cache_modifier, eviction_policy):
+        result = create_masked_store(self, ptrs, value, mask, cache_modifier, eviction_policy)
+        if _observers:
+            addresses, lanes = _lanes(ptrs, mask)
+            for observer in list(_observers):
+                observer.access("store", addresses, lanes, _itemsize(ptrs))
+        return result
+
+    return store
+
+
+def _through_observers(kind, ptr, lanes, sem, perform):
+    """Run ``perform`` inside every observer's ``atomic`` (nested, so each sees the atomic as one step)."""
+    addresses = np.ascontiguousarray(ptr.data, dtype=np.uint64).reshape(-1)
+    itemsize = _itemsize(ptr)
+    for observer in list(_observers):
+        perform = functools.partial(_observing, observer, kind, addresses, lanes, itemsize, sem, perform)
+    return perform()[0]
+
+
+def _observing(observer, kind, addresses, lanes, itemsize, sem, perform):
+    wrote = []
+
+    def run():
+        result, written = perform()
+        wrote.append(written)
+        return result, written
+
+    return observer.atomic(kind, addresses, lanes, itemsize, sem, run), wrote[0]
+
+
+def _observed_rmw(create_atomic_rmw):
+    @functools.wraps(create_atomic_rmw)
+    def rmw(self, rmw_op, ptr, val, mask, sem, scope):
+        if not _observers or rmw_op not in RMW_KINDS or sem not in SEMANTICS:
+            return create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope)
+        _, lanes = _lanes(ptr, mask)
+
+        def perform():
+            return create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope), lanes
+
+        return _through_observers(RMW_KINDS[rmw_op], ptr, lanes, SEMANTICS[sem], perform)
+
+    return rmw
+
+
+def _observed_cas(create_atomic_cas):
+    @functools.wraps(create_atomic_cas)
+    def cas(self, ptr, cmp, val, sem, scope):
+        if not _observers or sem not in SEMANTICS:
+            return create_atomic_cas(self, ptr, cmp, val, sem, scope)
+        lanes = np.ones(np.shape(ptr.data), dtype=bool).reshape(-1)
+
+        def perform():
+            result = create_atomic_cas(self, ptr, cmp, val, sem, scope)
+            swapped = np.broadcast_to(result.data == cmp.data, np.shape(ptr.data)).reshape(-1)
+            return result, swapped
+
+        return _through_observers("atomic_cas", ptr, lanes, SEMANTICS[sem], perform)
+
+    return cas
+
+
+def _observed_programs(set_grid_idx):
+    @functools.wraps(set_grid_idx)
+    def start_program(self, x, y, z):
+        set_grid_idx(self, x, y, z)
+        for observer in list(_observers):
+            observer.program_started((x, y, z), self.grid_dim)
+
+    return start_program
+
+
+def _observed_launches(launch):
+    @functools.wraps(launch)
+    def run(self, *args, **kwargs):
+        observers = list(_observers)
+        for observer in observers:
+            observer.launch_started(self.fn.__name__)
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            for observer in observers:
+                observer.launch_finished()
+
+    return run
+
+
+def _install():
+    builder = interpreter.InterpreterBuilder
+    replace_once(builder, "create_masked_load", _observed_load)
+    replace_once(builder, "create_masked_store", _observed_store)
+    replace_once(builder, "create_atomic_rmw", _observed_rmw)
+    replace_once(builder, "create_atomic_cas", _observed_cas)
+    replace_once(builder, "set_grid_idx", _observed_programs)
+    replace_once(interpreter.GridExecutor, "__call__", _observed_launches)
