@@ -68,7 +68,8 @@ class Iris:
         self.group = HostGroup.from_environment()
         self.cur_rank = self.group.rank
         self.num_ranks = self.group.world_size
-        self.check = choose_check(check, self.backend, self.cur_rank)
+        requested = choose_check(check, self.backend, self.cur_rank)
+        self.check = None
         self.debug_mode = bool(debug) if debug is not None else os.environ.get("IRIS_DEBUG", "0") not in ("", "0")
         self.heap = SymmetricHeap(parse_size(heap_size), self.group, self.backend)
         self.heap_size = self.heap.size
@@ -87,12 +88,8 @@ class Iris:
             enable_debug_checks(self.cur_rank)
         self.ccl = CCL(self)  # collectives as methods: ctx.ccl.all_reduce(out, inp), ...
         self._race_detector = None
-        if self.check == "races":
-            from .checking.detector import RaceDetector
-
-            self._race_detector = detector = RaceDetector(self.heap, self.group)
-            self.heap.on_allocate.append(detector.forget)
-            weakref.finalize(self, detector.close)  # the detector must not keep the context alive
+        if requested == "races":
+            self.start_race_check()
         self.group.barrier()
         self.debug(f"heap of {self.heap_size} bytes on {self.device} ({self.backend} backend), bases {self.heap.bases}")
 
@@ -340,6 +337,26 @@ class Iris:
         ``ctx.ccl`` (:meth:`iris.ccl.CCL.barrier_state`).
         """
         return MappingProxyType(self.ccl.barrier_state())
+
+    def start_race_check(self) -> None:
+        """Check every later kernel access for data races, as ``check="races"`` does from the start (collective).
+
+        Accesses made before it are not known to the checker: it cannot report a race with them (nor invent
+        one). Nothing happens when the checker is on already. Needs the CPU backend.
+
+        Examples
+        --------
+        >>> ctx.start_race_check()        # every rank, e.g. before a kernel under suspicion   # doctest: +SKIP
+        """
+        if self._race_detector is not None:
+            return
+        choose_check("races", self.backend, self.cur_rank)  # the CPU backend, else the error that says so
+        from .checking.detector import RaceDetector
+
+        self._race_detector = detector = RaceDetector(self.heap, self.group)
+        self.heap.on_allocate.append(detector.forget)
+        weakref.finalize(self, detector.close)  # the detector must not keep the context alive
+        self.check = "races"
 
     def races(self) -> list[Race]:
         """The data races this rank's kernels ran into since the last call (then forgotten); needs ``check="races"``.

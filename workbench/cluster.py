@@ -39,7 +39,7 @@ import psutil
 from iris.heap.cpu import heap_files_of, process_alive, remove_stale_heap_files
 from iris.sizes import format_size, parse_size
 
-from . import engine, execution, shutdown
+from . import engine, execution, hang_report, shutdown
 from .progress import StartProgress
 from .report import CellReport, RankError, WorkbenchError
 from .shutdown import EngineStop, StopReport
@@ -78,9 +78,14 @@ class Workbench:
         Seconds interrupted ranks get to stop before the cluster is restarted.
     progress : bool
         Show a progress bar while starting.
+    check : {None, "races"}
+        Check every kernel for data races (CPU backend; :mod:`workbench.races` shows them after each cell).
+        None: ``IRIS_CHECK`` decides, as in any iris program.
 
     Attributes
     ----------
+    check : str or None
+        What the ranks check (``"races"``), as their contexts say once started.
     last_stop : StopReport or None
         What the last :meth:`stop` (or the stop of :meth:`restart`) did.
     cluster_log : collections.deque of str
@@ -95,7 +100,7 @@ class Workbench:
 
     def __init__(self, n: int = 4, backend: str = "auto", heap_size: int | str = "64MiB",
                  engines: str = "local", timeout: float = 60.0, interrupt_grace: float = 5.0,
-                 progress: bool = True, start_timeout: float = 300.0):
+                 progress: bool = True, start_timeout: float = 300.0, check: str | None = None):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"the number of ranks must be a positive int, got {n!r}")
         if backend not in BACKENDS:
@@ -104,9 +109,11 @@ class Workbench:
         self.heap_size = parse_size(heap_size)
         self.timeout, self.interrupt_grace, self.progress = float(timeout), float(interrupt_grace), progress
         self.start_timeout = float(start_timeout)
+        self.check = check
         self.engine_ids: list[int] = []
         self.rank_info: list[dict] = []
         self.broken: str | None = None
+        self.hang_channel: str | None = None  # where the ranks answer "where are you?" (a hang report)
         self.last_stop: StopReport | None = None
         self.cluster_log: collections.deque[str] = collections.deque(maxlen=CLUSTER_LOG_RECORDS)
         self._cluster = None
@@ -191,14 +198,17 @@ class Workbench:
         here = socket.gethostname()
         master_addr = "127.0.0.1" if all(info["host"] == here for info in engines.values()) else rank0["host"]
         master_port = self.client[order[0]].apply_sync(engine.free_port)
-        notebook = {"host": here, "pid": os.getpid(), "controller_pid": self._controller_pid()}
+        self.hang_channel = hang_report.new_channel()
+        notebook = {"host": here, "pid": os.getpid(), "controller_pid": self._controller_pid(),
+                    "hang_channel": self.hang_channel}
         bar.set_description("creating heaps")
         rendezvous = (self.n, master_addr, master_port, self.backend, self.heap_size, notebook)
-        setups = {rank: self.client[eid].apply_async(engine.setup, rank, *rendezvous)
+        setups = {rank: self.client[eid].apply_async(engine.setup, rank, *rendezvous, check=self.check)
                   for rank, eid in enumerate(order)}
         done = execution.gather(setups, time.monotonic() + self.start_timeout, "creating the Iris contexts",
                                 on_each=lambda _: bar.update())
         self.rank_info = [{**engines[eid], **done[rank]} for rank, eid in enumerate(order)]
+        self.check = self.rank_info[0]["check"]  # (IRIS_CHECK may have decided)
 
     def _controller_pid(self) -> int | None:
         """The controller's pid when this notebook started it as a local process, else None."""
@@ -239,6 +249,7 @@ class Workbench:
         engines, pids, backend = self._engines_to_stop(set(stuck)), self.local_pids(), self._ranks_backend()
         controller = getattr(cluster, "controller", None)
         self.client, self._cluster, self.engine_ids, self.rank_info = None, None, [], []
+        self.hang_channel = None
         try:
             _ask_to_exit(client, engines)
         finally:  # whatever happened, no process is left running
@@ -297,8 +308,9 @@ class Workbench:
         """Run ``code`` on ``ranks`` (default: all) in each rank's namespace; never blocks past ``timeout``.
 
         Output is printed live with ``[rank r]`` prefixes. A rank still running at the timeout (default
-        :attr:`timeout`) or when Ctrl-C is pressed is interrupted with SIGINT; if it does not stop within
-        :attr:`interrupt_grace` seconds the cluster is restarted (the report says so). ``line_offset``
+        :attr:`timeout`) or when Ctrl-C is pressed is first asked where it is (``report.hang``: kernel, line,
+        polled flag and values; see :mod:`workbench.hang_report`), then interrupted with SIGINT; if it does
+        not stop within :attr:`interrupt_grace` seconds the cluster is restarted (the report says so). ``line_offset``
         blank lines are put before the code so tracebacks count lines as the notebook cell does.
 
         Returns

@@ -27,6 +27,9 @@ import sys
 import threading
 import time
 import traceback
+import warnings
+
+from . import whereabouts
 
 # Launchers that start engines as one parallel job say which rank each engine is; local engines do not.
 _LAUNCHER_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
@@ -65,13 +68,17 @@ def prepare(backend: str) -> dict:
 
 
 def setup(rank: int, world_size: int, master_addr: str, master_port: int, backend: str, heap_size: int,
-          notebook: dict) -> dict:
+          notebook: dict, check: str | None = None) -> dict:
     """Create this rank's ``Iris`` context (collective) and fill the rank namespace.
+
+    ``check`` is the context's (``"races"``; None: ``IRIS_CHECK`` decides, as for any iris program). The
+    workbench shows the races after each cell itself, so the checker's warnings are not printed as well.
 
     ``notebook`` holds the notebook kernel's ``host`` and ``pid`` and, for a local controller, its
     ``controller_pid``: a watchdog ends this engine (and rank 0 the controller) if the notebook dies
-    without stopping the cluster, so a crashed notebook leaves no processes behind. From here on SIGTERM
-    ends the engine with status 0 (see :func:`exit_cleanly`).
+    without stopping the cluster, so a crashed notebook leaves no processes behind. With ``hang_channel``
+    in ``notebook``, a thread answers where this rank is when a cell hangs (:mod:`workbench.whereabouts`).
+    From here on SIGTERM ends the engine with status 0 (see :func:`exit_cleanly`).
     """
     prepare(backend)
     os.environ.update({
@@ -87,7 +94,8 @@ def setup(rank: int, world_size: int, master_addr: str, master_port: int, backen
     import iris
     from iris.gluon import IrisDeviceCtx
 
-    ctx = iris.iris(heap_size, backend=None if backend == "auto" else backend)
+    ctx = iris.iris(heap_size, backend=None if backend == "auto" else backend, check=check)
+    warnings.filterwarnings("ignore", category=iris.RaceWarning)
     _namespace().update({
         "ctx": ctx, "rank": rank, "world_size": world_size, "iris": iris, "torch": torch,
         "triton": triton, "tl": tl, "gluon": gluon, "gl": gl,
@@ -95,8 +103,13 @@ def setup(rank: int, world_size: int, master_addr: str, master_port: int, backen
     })
     if notebook["host"] == socket.gethostname():
         _start_watchdog(notebook["pid"], notebook.get("controller_pid") if rank == 0 else None)
+    if notebook.get("hang_channel") and whereabouts.available():
+        try:
+            whereabouts.start(notebook["hang_channel"], rank, ctx, _namespace())
+        except Exception as exc:  # the rank works without it; a hang report will say it got no answer
+            print(f"rank {rank}: the hang report's thread did not start: {exc!r}", file=sys.stderr)
     _exit_on_sigterm()
-    return {"rank": rank, "backend": ctx.backend, "device": str(ctx.device)}
+    return {"rank": rank, "backend": ctx.backend, "device": str(ctx.device), "check": ctx.check}
 
 
 def _namespace() -> dict:
@@ -179,7 +192,7 @@ def run_cell(source: str, filename: str) -> dict:
     status, error = "ok", None
     start = time.perf_counter()
     try:
-        with _compiler_messages(namespace):
+        with _compiler_messages(namespace), whereabouts.running_cell(filename):
             exec(compile(source, filename, "exec"), namespace)
     except KeyboardInterrupt as exc:
         status, error = "interrupted", format_error(exc, filename)

@@ -3,8 +3,9 @@
 ipyparallel's own ``%px`` waits forever for a cell that never ends (ipyparallel issue 435). Here each
 rank's cell is an asynchronous request; the notebook polls them, printing each rank's output as it
 arrives with a ``[rank r]`` prefix and watching the engine processes, until every rank has finished,
-died, or the timeout (or Ctrl-C) comes. Ranks still running are then sent SIGINT; ranks that do not stop
-within the grace period get the cluster restarted, and the report says that state was lost.
+died, or the timeout (or Ctrl-C) comes. Ranks still running are then asked where they are (the hang report,
+:mod:`workbench.hang_report`) and sent SIGINT; ranks that do not stop within the grace period get the cluster
+restarted, and the report says that state was lost.
 
 Examples
 --------
@@ -19,7 +20,7 @@ import sys
 import time
 from concurrent import futures
 
-from . import engine
+from . import engine, hang_report
 from .report import CellReport, RankError, RankResult, ranks_phrase
 
 POLL_SECONDS = 0.05
@@ -40,6 +41,7 @@ def run_cell(wb, source: str, filename: str, ranks: list[int], timeout: float) -
     except KeyboardInterrupt:
         notes.append(f"Ctrl-C: {ranks_phrase(pending)} {_were(pending)} interrupted (SIGINT); "
                      "the heaps are untouched.")
+    hang = _where_they_are(wb, pending, results) if pending else None
     if pending:
         _interrupt(wb, pending, results, output, notes)
     output.flush(final=True)
@@ -50,7 +52,19 @@ def run_cell(wb, source: str, filename: str, ranks: list[int], timeout: float) -
                      "(or Workbench.restart()); every rank's state will be lost.")
     for rank, result in results.items():
         result.stdout, result.stderr = output.text(rank)
-    return CellReport(results, notes)
+    return CellReport(results, notes, hang=hang)
+
+
+def _where_they_are(wb, pending, results):
+    """The hang report, asked before the interrupt moves the ranks (after Ctrl-C too: a cell is stopped by
+    hand mostly because it hangs). Another Ctrl-C skips it; a failure of the report is a note in it."""
+    finished = {rank: results[rank].label for rank in results}
+    try:
+        return hang_report.ask(wb, list(pending), finished)
+    except KeyboardInterrupt:
+        return None
+    except Exception as exc:  # the interrupt must happen whatever the report does
+        return hang_report.HangReport([], notes=[f"the hang report failed: {type(exc).__name__}: {exc}"])
 
 
 def _interrupt(wb, pending, results, output, notes) -> None:

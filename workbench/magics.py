@@ -16,6 +16,9 @@ Examples
     %iris remote out --rank 1      # rank 1's out as every rank reads it through ctx.as_remote
     %iris heap                     # every rank's heap, allocations named after variables
 
+    %%iris_kernel --check races    # check the cell's kernels for data races (CPU backend), show what was found
+    ...
+
     %%iris_kernel --trace          # trace the cell's kernels (tracing=True in them), then show the timeline
     ...
     %iris timeline                 # that timeline again; --save trace.json writes it for Perfetto
@@ -34,8 +37,9 @@ from IPython.display import display
 
 import workbench
 
-from . import tracing
+from . import races, tracing
 from .cluster import BACKENDS
+from .hang_report import display_hang
 from .report import render_summaries
 
 
@@ -58,6 +62,8 @@ def _iris_parser() -> argparse.ArgumentParser:
     start.add_argument("--heap", default="64MiB", help="symmetric heap per rank, e.g. 64MiB (default)")
     start.add_argument("--engines", default="local", help="ipyparallel engine launcher: local, mpi, slurm...")
     start.add_argument("--timeout", type=float, default=60.0, help="default seconds a cell may run (60)")
+    start.add_argument("--check", choices=("races",), default=None,
+                       help="check every cell's kernels for data races (CPU backend) and show them after it")
     for name, text in (("stop", "stop every rank"), ("restart", "stop, then start with the same settings"),
                        ("status", "ranks, pids, hosts, devices"),
                        ("heap", "every rank's heap, allocations named after variables (a widget)")):
@@ -85,6 +91,9 @@ def _kernel_parser() -> argparse.ArgumentParser:
                              "tracing=True) and show the timeline after it")
     parser.add_argument("--max-events", type=int, default=None, metavar="N",
                         help="trace buffer capacity per rank with --trace (default 1000000)")
+    parser.add_argument("--check", choices=("races",), default=None,
+                        help="check the cell's kernels for data races (CPU backend; the checker stays on) and show "
+                             "the races after it, or say there were none")
     return parser
 
 
@@ -122,13 +131,13 @@ class IrisMagics(Magics):
     @line_magic
     def iris(self, line: str):
         """Manage and look at the ranks: ``%iris start -n N [--backend auto|cpu|cuda] [--heap SIZE]
-        [--engines LAUNCHER] [--timeout S]``, ``%iris stop``, ``%iris restart``, ``%iris status``,
+        [--engines LAUNCHER] [--timeout S] [--check races]``, ``%iris stop``, ``%iris restart``, ``%iris status``,
         ``%iris heap``, ``%iris show NAME [--reduction mean|maxabs]``, ``%iris remote NAME --rank R``,
         ``%iris timeline [--save FILE]``."""
         args = _iris_parser().parse_args(shlex.split(line))
         if args.command == "start":
             wb = workbench.start(n=args.n, backend=args.backend, heap_size=args.heap, engines=args.engines,
-                                 timeout=args.timeout)
+                                 timeout=args.timeout, check=args.check)
             print(wb.status())
             return
         wb = workbench.current()
@@ -158,7 +167,9 @@ class IrisMagics(Magics):
         """Run the cell on every rank (or ``--ranks``), each in its own namespace holding ``ctx``, ``rank``,
         ``world_size``, ``iris``, ``torch``, ``triton``, ``tl``, ``gluon``, ``gl``, ``DeviceContext``,
         ``IrisDeviceCtx`` and ``TraceEvent``. Ranks still running after ``--timeout`` seconds are interrupted.
-        ``--trace`` captures the events of the cell's traced kernels and shows the timeline after the cell."""
+        ``--trace`` captures the events of the cell's traced kernels and shows the timeline after the cell;
+        ``--check races`` checks its kernels for data races and shows them (so does every cell of ranks started
+        with ``--check races``, when there are some)."""
         args = _kernel_parser().parse_args(shlex.split(line))
         if args.max_events is not None and not args.trace:
             raise UsageError("%%iris_kernel: --max-events sizes the trace buffers of --trace: add --trace")
@@ -168,8 +179,17 @@ class IrisMagics(Magics):
         ranks = parse_ranks(args.ranks, wb.world_size)
         if args.trace:
             tracing.start_capture(wb, args.max_events or tracing.DEFAULT_MAX_EVENTS, ranks=ranks)
+        if args.check == "races" and wb.check != "races":
+            races.start_checking(wb)
+            wb.check = "races"
         # One blank line stands for the magic's own line, so tracebacks count lines as the notebook does.
         report = wb.run(cell, ranks=ranks, timeout=args.timeout, line_offset=1)
+        display_hang(report)  # a timed-out cell's hang report: where each rank was (HTML table, text fallback)
+        # Races first: a race may be why the cell failed. Not after a timeout or a death: ranks are not idle.
+        if wb.check == "races" and all(r.status in ("ok", "error") for r in report.results.values()):
+            found = races.cell_races(wb)
+            if found or args.check:
+                display(found)
         report.raise_on_failure()
         print(report.render())
         if args.show:

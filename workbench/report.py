@@ -52,12 +52,15 @@ class RankResult:
 class CellReport:
     """Every selected rank's :class:`RankResult`, plus notes on what the workbench did (interrupts, restarts).
 
+    ``hang`` is the :class:`workbench.hang_report.HangReport` of a cell that timed out (or was stopped with
+    Ctrl-C): where each rank that had not finished was, asked before it was interrupted.
     ``ok`` is True when every rank finished without error. :meth:`raise_on_failure` turns a failure into a
     :class:`RankError` for scripts; notebooks just display the report.
     """
 
     results: dict[int, RankResult]
     notes: list[str] = field(default_factory=list)
+    hang: object | None = None  # a HangReport (workbench.hang_report imports this module, not the reverse)
 
     @property
     def ok(self) -> bool:
@@ -68,8 +71,10 @@ class CellReport:
         return sorted(r for r, res in self.results.items() if res.status == status)
 
     def render(self) -> str:
-        """The table, then each distinct error once with the ranks it happened on, then the notes."""
+        """The table, the hang report if any, each distinct error once with the ranks it happened on, the notes."""
         lines = [_table(self.results.values())]
+        if self.hang is not None:
+            lines.append(f"\n{self.hang.render()}")
         for ranks, error in _distinct_errors(self.results.values()):
             lines.append(f"\n{error['type']} on {ranks_phrase(ranks)}:\n{error['traceback'].rstrip()}")
         lines += [f"\n{note}" for note in self.notes]

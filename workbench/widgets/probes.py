@@ -99,7 +99,7 @@ def remote_snapshot(expression: str, target: int, max_side: int = 256, index: in
             "allocation": allocation.offset}
 
 
-def _variable_names(namespace: dict, ctx) -> dict[int, list[str]]:
+def variable_names(namespace: dict, ctx) -> dict[int, list[str]]:
     """Allocation offset -> the rank namespace's variables holding a tensor that views it, sorted (names
     starting with ``_``, IPython's output history, are left out)."""
     import torch
@@ -115,11 +115,11 @@ def heap_map() -> dict:
     """This rank's heap: usage, and each live allocation with the variables that refer to it.
 
     ``allocations`` is a list of dicts ``offset``, ``nbytes``, ``dtype``, ``shape``, ``label`` (the
-    ``name=`` given at creation) and ``names``: the variables of :func:`_variable_names`.
+    ``name=`` given at creation) and ``names``: the variables of :func:`variable_names`.
     """
     namespace = _namespace()
     ctx = namespace["ctx"]
-    names = _variable_names(namespace, ctx)
+    names = variable_names(namespace, ctx)
     usage = ctx.heap_usage()
     allocations = [
         {"offset": a.offset, "nbytes": a.nbytes, "dtype": str(a.dtype).removeprefix("torch."), "shape": a.shape,
@@ -152,7 +152,7 @@ def rank_trace() -> dict:
                 "message": "tracing is not enabled: run a cell with %%iris_kernel --trace, or call "
                            "ctx.tracing.enable() before the kernels"}
     trace = ctx.tracing.trace()
-    names = _variable_names(namespace, ctx)
+    names = variable_names(namespace, ctx)
     located = {}
     for event in trace["traceEvents"]:
         address = event.get("args", {}).get("address")
@@ -163,3 +163,28 @@ def rank_trace() -> dict:
             located[address] = where.named(", ".join(names.get(where.allocation_offset, [])) or None) if where else None
         event["args"]["location"] = located[address]
     return {"status": "ok", "rank": rank, "trace": trace}
+
+
+def start_race_check() -> dict:
+    """Turn this rank's race checker on (``ctx.start_race_check()``: collective, so every rank is asked)."""
+    namespace = _namespace()
+    namespace["ctx"].start_race_check()
+    return {"rank": namespace.get("rank")}
+
+
+def take_races() -> dict:
+    """This rank's races since the last call (``ctx.races()``), after a host barrier (collective: every rank
+    is asked, between cells). The barrier tells the checker what the cell boundary means: every rank finished
+    the cell before any starts the next. Allocations without a ``name=`` label are named after the variable
+    holding them, as the heap inspector names them. ``status`` ``"off"`` when the checker is off."""
+    import dataclasses
+
+    namespace = _namespace()
+    ctx, rank = namespace["ctx"], namespace.get("rank")
+    if ctx.check != "races":
+        return {"status": "off", "rank": rank}
+    ctx.barrier()
+    names = variable_names(namespace, ctx)
+    races = [dataclasses.replace(race, allocation=", ".join(names[race.offset]))
+             if race.allocation.startswith("alloc@") and race.offset in names else race for race in ctx.races()]
+    return {"status": "ok", "rank": rank, "races": races}
