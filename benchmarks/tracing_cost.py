@@ -17,7 +17,7 @@ with a user ``compute`` event around each tile's K loop, fp16; tiles stored into
 
 GPU: each variant is captured ``CALLS`` times in one CUDA graph, replayed, timed with CUDA events, median of
 ``REPEATS`` replays, the slowest rank's; the trace counters are reset before each replay (outside the timed
-region) so no event is dropped. CPU: the wall time of one launch, median of 3 (the interpreter's cost: the
+region) so no event is dropped. CPU: the CPU time of one launch, median of 3 (the interpreter's cost: the
 figures say what tracing adds to a lesson's cell, not to a GPU kernel). The table goes to
 benchmarks/RESULTS.md.
 """
@@ -137,15 +137,16 @@ def time_gpu(ctx, launch, trace: bool, reset) -> float:
 
 
 def time_cpu(ctx, launch, trace: bool, reset) -> float:
-    """µs of one interpreted launch, median of 3; the slowest rank's."""
+    """CPU µs of one interpreted launch (this process's CPU time: steady on a shared machine, where wall time
+    is not), median of 3; the slowest rank's."""
     launch(trace)
     samples = []
     for _ in range(3):
         reset()
         ctx.barrier()
-        start = time.perf_counter()
+        start = time.process_time()
         launch(trace)
-        samples.append((time.perf_counter() - start) * 1e6)
+        samples.append((time.process_time() - start) * 1e6)
     return max(ctx.group.all_gather_object(statistics.median(samples)))
 
 
@@ -169,7 +170,7 @@ def main() -> None:
 
 
 def report(rows, gpu: bool, world: int) -> None:
-    unit = "µs per launch, CUDA-graph replays" if gpu else "µs per interpreted launch (CPU, wall time)"
+    unit = "µs per launch, CUDA-graph replays" if gpu else "µs per interpreted launch (CPU time of the rank)"
     lines = [f"{environment()}; {world} ranks. {unit}; the slowest rank's median.", "",
              "| kernel | events per launch and rank | compiled out | compiled in, not enabled | on | on / out |"
              " per event on |",
@@ -180,6 +181,11 @@ def report(rows, gpu: bool, world: int) -> None:
                      f"{t['on'] / out:.2f}x | {format_time((t['on'] - out) / events)} |")
     lines += ["", "Compiled out, a kernel holds no tracing code (the sm_90 compile test checks its code is the "
                   "untraced kernel's); compiled in but not enabled, each event costs the loads that find it off."]
+    if not gpu:
+        lines += ["The interpreter runs every operation of the recording code (some 30 per event), masked or not, so "
+                  "there tracing compiled in costs about as much enabled as not, about 10 ms per event: a lesson's "
+                  "cell with a few hundred events takes seconds longer. Trace on the CPU to see order and waits, "
+                  "not to time."]
     table = "\n".join(lines)
     print(table)
     write_section(f"tracing cost ({'GPU' if gpu else 'CPU interpreter'})", table)
