@@ -90,15 +90,20 @@ def read_before_written(ctx, rank, world):
         k.wait_then_write[(1,)](data, done, rank, 1, ctx.get_heap_bases(), BLOCK=16)
 
 
-def gluon_relaxed_flag(ctx, rank, world):
+def _gluon_message(ctx, rank, produce_sem, consume_sem):
+    """Gluon message passing from rank 0 to rank 1 with these semantics on the flag."""
     from iris.gluon import IrisDeviceCtx
 
     data, flag, out = ctx.zeros(128, name="gdata"), ctx.zeros(1, dtype=torch.int32, name="gflag"), ctx.zeros(128)
     ctx.barrier()
     if rank == 0:
-        k.gluon_produce[(1,)](IrisDeviceCtx, ctx.get_device_context(), data, flag, 1, SEM="relaxed", BLOCK=128)
+        k.gluon_produce[(1,)](IrisDeviceCtx, ctx.get_device_context(), data, flag, 1, SEM=produce_sem, BLOCK=128)
     elif rank == 1:
-        k.gluon_consume[(1,)](IrisDeviceCtx, ctx.get_device_context(), data, flag, out, SEM="relaxed", BLOCK=128)
+        k.gluon_consume[(1,)](IrisDeviceCtx, ctx.get_device_context(), data, flag, out, SEM=consume_sem, BLOCK=128)
+
+
+def gluon_relaxed_flag(ctx, rank, world):
+    _gluon_message(ctx, rank, "relaxed", "relaxed")
 
 
 BUGGY = {
@@ -127,14 +132,7 @@ def release_acquire(ctx, rank, world):
 
 
 def gluon_release_acquire(ctx, rank, world):
-    from iris.gluon import IrisDeviceCtx
-
-    data, flag, out = ctx.zeros(128, name="gdata"), ctx.zeros(1, dtype=torch.int32, name="gflag"), ctx.zeros(128)
-    ctx.barrier()
-    if rank == 0:
-        k.gluon_produce[(1,)](IrisDeviceCtx, ctx.get_device_context(), data, flag, 1, SEM="release", BLOCK=128)
-    elif rank == 1:
-        k.gluon_consume[(1,)](IrisDeviceCtx, ctx.get_device_context(), data, flag, out, SEM="acquire", BLOCK=128)
+    _gluon_message(ctx, rank, "release", "acquire")
 
 
 def _write_then_read(ctx, rank, sync):
