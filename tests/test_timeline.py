@@ -34,7 +34,7 @@ def ring(context, tile, inbox, ready, rank: tl.constexpr, world: tl.constexpr, M
     phase = dctx.tracing.record_event_start(TraceEvent().compute, rank, tile + offs, 0, 0)
     x = tl.load(tile + offs) + rank
     dctx.tracing.record_event_end(phase)
-    dctx.put(tile + offs, inbox + offs, right, )
+    dctx.put(tile + offs, inbox + offs, right)
     if MODE == 0:
         dctx.atomic_xchg(ready, 1, right, sem="release", scope="sys")
         while dctx.atomic_cas(ready, 1, 1, rank, sem="acquire", scope="sys") != 1:
@@ -46,8 +46,8 @@ def ring(context, tile, inbox, ready, rank: tl.constexpr, world: tl.constexpr, M
     y = dctx.load(inbox + offs, rank)
 
 tile = ctx.full((16,), float(rank), name="tile")
-inbox = ctx.zeros(16, name="inbox")
-ready = ctx.zeros(1, dtype=torch.int32, name="flag")  # the variable names it: ready[0]
+inbox = ctx.zeros(16)                                   # no label: its variable names it, inbox[0]
+ready = ctx.zeros(1, dtype=torch.int32, name="flag")  # a label names it: flag[0]
 ctx.barrier()
 ring[(1,)](ctx.get_device_context(), tile, inbox, ready, rank, world_size, MODE={mode}, N=16)
 ctx.barrier()
@@ -96,10 +96,10 @@ def test_traced_cell_shows_every_rank_and_the_release_each_neighbour_saw(shell, 
         assert names[:3] == ["compute", "put", "atomic_xchg"] and names[-1] == "load", names
         assert set(names[3:-1]) == {"atomic_cas"}, names  # the polling loop
     put = next(s for s in timeline.spans if s.name == "put" and s.rank == 1)
-    assert (put.target_rank, put.location, put.payload) == (2, "inbox[0]", 64)  # named after the variable
+    assert (put.target_rank, put.location, put.payload) == (2, "inbox[0]", 64)
     arrows = sorted((a.source.rank, a.sink.rank, a.source.name, a.sink.name, a.sink.location)
                     for a in timeline.arrows)
-    assert arrows == [(r, (r + 1) % WORLD, "atomic_xchg", "atomic_cas", "ready[0]") for r in range(WORLD)]
+    assert arrows == [(r, (r + 1) % WORLD, "atomic_xchg", "atomic_cas", "flag[0]") for r in range(WORLD)]
     for arrow in timeline.arrows:  # the poll that saw the release is the last one of its loop
         polls = [s for s in timeline.spans if s.rank == arrow.sink.rank and s.name == "atomic_cas"]
         assert arrow.sink is polls[-1] and arrow.sink.end >= arrow.source.start
@@ -114,7 +114,7 @@ def test_traced_cell_shows_every_rank_and_the_release_each_neighbour_saw(shell, 
     text = bundle["text/plain"]
     assert text.startswith(f"timeline of {len(timeline.spans)} events on {WORLD} ranks")
     assert all(re.search(rf"^rank {r}: \d+ events in 1 programs", text, re.M) for r in range(WORLD))
-    assert "atomic_xchg ready[0] on rank 1" in text and "seen by rank 1 program 0: atomic_cas ready[0]" in text
+    assert "atomic_xchg flag[0] on rank 1" in text and "seen by rank 1 program 0: atomic_cas flag[0]" in text
     assert "illustrative" in bundle["text/html"]  # the CPU note
 
 

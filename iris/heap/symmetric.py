@@ -58,8 +58,8 @@ class HeapLocation:
     """Where an address falls: whose heap, at which offset, and in which allocation and element.
 
     ``str()`` is how every report names it: ``flags[2]``, ``C[3, 17]``, ``heap+0x1f00`` outside the live
-    allocations; a label-less allocation is named by its offset (``alloc@0x200[5]``). The workbench names
-    allocations after variables instead; it looks them up by :attr:`allocation_offset`.
+    allocations; a label-less allocation is named by its offset (``alloc@0x200[5]``), or, in the workbench,
+    after the variables holding it (:meth:`named`, looked up by :attr:`allocation_offset`).
 
     Examples
     --------
@@ -84,11 +84,12 @@ class HeapLocation:
             return None
         return self.allocation.label or f"alloc@{self.allocation.offset:#x}"
 
-    def named(self, name: str | None) -> str:
-        """This location with its allocation called ``name`` (e.g. a variable's); ``str()`` when None."""
+    def named(self, unlabelled: str | None) -> str:
+        """This location, its allocation called by its ``name=`` label, else ``unlabelled`` (the workbench passes
+        the variables holding it), else ``alloc@<offset>``: the one rule every report follows."""
         if self.allocation is None:
             return f"heap+{self.offset:#x}"
-        name = name or self.allocation_name
+        name = self.allocation.label or unlabelled or self.allocation_name
         return f"{name}[{', '.join(map(str, self.element))}]" if self.element else name
 
     def __str__(self) -> str:

@@ -142,8 +142,8 @@ def start_tracing(max_events: int) -> dict:
 
 
 def rank_trace() -> dict:
-    """This rank's trace (``ctx.tracing.trace()``) with each event's ``location`` named after the variable
-    holding its allocation, as the heap inspector names it (the ``name=`` label when no variable does);
+    """This rank's trace (``ctx.tracing.trace()``) with each event's ``location`` named by its allocation's
+    ``name=`` label, else after the variables holding it, as the heap inspector shows them;
     ``status`` ``"missing"`` when tracing was never enabled here."""
     namespace = _namespace()
     ctx, rank = namespace["ctx"], namespace.get("rank")
