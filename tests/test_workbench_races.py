@@ -91,3 +91,14 @@ def test_check_races_on_a_cell_turns_the_checker_on_and_reports_none(shell, disp
     assert wb.pull("ctx.check") == ["races", "races"]
     (report,) = run(shell, displayed, "--check races", MESSAGE.format(release="release", acquire="relaxed"))
     assert any(r.element_name == "inbox[0]" for r in report.races)  # a release nobody acquires orders nothing
+
+
+def test_a_lock_an_interrupt_left_held_does_not_block_the_next_barrier(shell):
+    wb = workbench.current()
+    assert wb.check == "races"
+    # What a SIGINT landing between taking the checker's lock and its try (or in its finally) leaves: rank 1
+    # holding the lock with no kernel running. Rank 0 needs it in the barrier; before the fix it waited forever.
+    wb.run("import fcntl\nif rank == 1:\n    fcntl.flock(ctx._race_detector.shadow._lock_fd, fcntl.LOCK_EX)"
+           ).raise_on_failure()
+    report = wb.run("ctx.barrier()", timeout=10)
+    assert report.ok, report.render()

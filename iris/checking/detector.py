@@ -117,6 +117,7 @@ class RaceDetector:
         Each rank publishes its host clock in its shadow file and joins everyone's. Rows alternate between
         barriers, so a fast rank writing the next barrier's row never overwrites one a slow rank still reads.
         """
+        self.shadow.drop_abandoned_lock()  # (a cell interrupted in a kernel may have left it held)
         parity = self._barriers % 2
         self._barriers += 1
         self.shadow.publish_host_clock(parity, self.clocks.host)
@@ -136,10 +137,12 @@ class RaceDetector:
 
     # -- observer of the interpreter (iris.interpret.access_events) ---------------------------------------
     def launch_started(self, kernel: str) -> None:
+        self.shadow.drop_abandoned_lock()  # no kernel of this rank runs: it holds no lock, unless interrupted
         self._kernel = kernel
         self.clocks.launch_started()
 
     def launch_finished(self) -> None:
+        self.shadow.drop_abandoned_lock()  # (runs when an interrupt ends the launch, too)
         self.clocks.launch_finished()
 
     def program_started(self, program_id, grid) -> None:

@@ -144,6 +144,16 @@ class SharedShadow:
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
+    def drop_abandoned_lock(self) -> None:
+        """Release the lock if this process still holds it; call where it cannot rightly hold it (no kernel runs).
+
+        A KeyboardInterrupt (the workbench interrupts a hung cell with SIGINT) can land between taking the lock
+        and the ``try`` of :meth:`lock`, or in its ``finally`` before the release: the lock stays held, and the
+        other ranks' next check (or host barrier) waits for it forever. Releasing a lock one does not hold is a
+        no-op for flock.
+        """
+        fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
     # -- cells ----------------------------------------------------------------------------------------
     def cells(self, rank: int, element_width: int) -> np.ndarray:
         """``(FIELDS, n)`` int64 words of ``rank``'s heap for elements of ``element_width`` bytes."""
