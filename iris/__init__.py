@@ -27,7 +27,7 @@ def _activate_interpreter_if_cpu() -> None:
 
 _activate_interpreter_if_cpu()
 
-from . import ccl, tensor_creation  # noqa: E402
+from . import ccl, ops, tensor_creation  # noqa: E402
 from .checking import Race, RaceWarning  # noqa: E402
 from .context import GluonContext, Iris, TritonContext, iris  # noqa: E402
 from .device import (  # noqa: E402
@@ -53,8 +53,8 @@ from .logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # no
 from .tracing import TraceEvent  # noqa: E402
 
 __all__ = [
-    "DEBUG", "ERROR", "INFO", "WARNING", "AllocationDivergence", "Iris", "ccl", "iris", "logger", "set_logger_level",
-    "tensor_creation", "TraceEvent", "Race", "RaceWarning",
+    "DEBUG", "ERROR", "INFO", "WARNING", "AllocationDivergence", "Iris", "ccl", "iris", "logger", "ops",
+    "set_logger_level", "tensor_creation", "TraceEvent", "Race", "RaceWarning",
     # device API (iris.device); the Gluon context is iris.gluon.IrisDeviceCtx; upstream's names for the two
     "GluonContext", "TritonContext",
     "DeviceContext", "IrisDebugError", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min",

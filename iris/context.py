@@ -34,6 +34,7 @@ from .device import DeviceContext as TritonContext  # noqa: F401  (upstream's na
 from .distributed import HostGroup
 from .gluon import IrisDeviceCtx as GluonContext  # noqa: F401  (upstream's name, iris.context.GluonContext)
 from .heap import SymmetricHeap, Usage
+from .ops.namespace import Ops
 from .sizes import parse_size
 from .tracing import Tracing
 
@@ -87,6 +88,7 @@ class Iris:
         if self.debug_mode:
             enable_debug_checks(self.cur_rank)
         self.ccl = CCL(self)  # collectives as methods: ctx.ccl.all_reduce(out, inp), ...
+        self.ops = Ops(self)  # GEMM + communication: ctx.ops.matmul_all_reduce(out, A, B), ...
         self._race_detector = None
         if requested == "races":
             self.start_race_check()

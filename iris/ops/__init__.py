@@ -1,0 +1,170 @@
+"""GEMM + communication ops, upstream Iris's ``ctx.ops``: a matmul and a collective in one call.
+
+* :func:`matmul_all_reduce`: ``out (M, N) = sum over ranks of A (M, K) @ B (K, N)``;
+* :func:`all_gather_matmul`: ``out (M, N) = [A_sharded of rank 0, rank 1, ...] (M, K) @ B (K, N)``, each rank
+  holding ``A_sharded (M, K / world)``, its columns of A;
+* :func:`matmul_all_gather`: ``out (M * world, N)`` = every rank's ``A (M, K) @ B (K, N)``, stacked in rank order;
+* :func:`matmul_reduce_scatter`: ``out (M, N / world)`` = this rank's column block of the sum over ranks of
+  ``A @ B``. Upstream's variant writes a full ``(M, N)`` tensor of which only this rank's tiles are valid;
+  ours gives just the block (no memory for tiles nobody may read), and refuses a full-size ``out`` saying so.
+
+Each is a function taking the context first (``iris.ops.matmul_all_reduce(ctx, out, A, B)``) and a method of
+``ctx.ops`` (``ctx.ops.matmul_all_reduce(out, A, B)``); every rank calls it with the same shapes. fp16, bf16
+and fp32, any sizes (``N`` a multiple of the world size for reduce-scatter, ``K`` for all-gather-matmul's
+shards by construction); ``bias`` (N,) is added once. Inputs are left intact. Each call returns its
+:class:`Workspace` (its ``path`` says how it ran); ``ctx.ops`` keeps one per op and shapes, so repeated calls
+allocate nothing and, after the first, can be captured in a CUDA graph.
+
+**Status.** Only the sequential path exists so far: ``torch.matmul`` into a heap buffer, then :mod:`iris.ccl`'s
+collective (``workspace.path == "sequential"``). The fused path (persistent GEMM tiles pushed or consumed as
+they are produced) is not built yet: the ops are right, not yet faster than a matmul followed by NCCL.
+
+Examples
+--------
+>>> out = ctx.zeros(M, N, dtype=torch.bfloat16)                         # doctest: +SKIP
+>>> ws = ctx.ops.matmul_all_reduce(out, A, B)                            # doctest: +SKIP
+>>> ws.path                                                              # doctest: +SKIP
+'sequential'
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import sequential
+from .config import DTYPES, FusedConfig, Workspace
+
+__all__ = ["FusedConfig", "Workspace", "all_gather_matmul", "matmul_all_gather", "matmul_all_reduce",
+           "matmul_reduce_scatter"]
+
+
+def matmul_all_reduce(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
+    """``out = sum over ranks of A @ B (+ bias)``: A (M, K), B (K, N), out (M, N), on every rank.
+
+    With ``async_op=True`` the final exchange may still run when the call returns: ``workspace.wait()``
+    before reading ``out``.
+
+    Examples
+    --------
+    >>> iris.ops.matmul_all_reduce(ctx, out, A, B)                        # doctest: +SKIP
+    """
+    m, k, n = _matmul_dims(ctx, "matmul_all_reduce", A, B)
+    _check_out(ctx, "matmul_all_reduce", out, (m, n), A.dtype)
+    _check_bias(ctx, "matmul_all_reduce", bias, n, A.dtype)
+    return _run(ctx, "matmul_all_reduce", sequential.matmul_all_reduce, out, A, B, bias, async_op, config,
+                workspace)
+
+
+def all_gather_matmul(ctx, out, A_sharded, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
+    """``out = A @ B`` where A (M, K) is every rank's ``A_sharded`` (M, K / world) side by side, in rank order.
+
+    Examples
+    --------
+    >>> iris.ops.all_gather_matmul(ctx, out, A_sharded, B)               # doctest: +SKIP
+    """
+    world = ctx.num_ranks
+    _check_operands(ctx, "all_gather_matmul", A_sharded, B)
+    m, k_local = A_sharded.shape
+    if B.shape[0] != k_local * world:
+        raise ValueError(f"rank {ctx.cur_rank}: all_gather_matmul: B has {B.shape[0]} rows but the gathered A has "
+                         f"{world} x {k_local} = {world * k_local} columns: B must be (K, N) with K = world x the "
+                         "shard's columns")
+    n = B.shape[1]
+    _check_out(ctx, "all_gather_matmul", out, (m, n), A_sharded.dtype)
+    _check_bias(ctx, "all_gather_matmul", bias, n, A_sharded.dtype)
+    return _run(ctx, "all_gather_matmul", sequential.all_gather_matmul, out, A_sharded, B, bias, async_op, config,
+                workspace)
+
+
+def matmul_all_gather(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
+    """``out`` (M * world, N) = every rank's ``A @ B (+ bias)`` (M, N), stacked along M in rank order.
+
+    Examples
+    --------
+    >>> iris.ops.matmul_all_gather(ctx, out, A, B)                       # doctest: +SKIP
+    """
+    m, k, n = _matmul_dims(ctx, "matmul_all_gather", A, B)
+    _check_out(ctx, "matmul_all_gather", out, (m * ctx.num_ranks, n), A.dtype)
+    _check_bias(ctx, "matmul_all_gather", bias, n, A.dtype)
+    return _run(ctx, "matmul_all_gather", sequential.matmul_all_gather, out, A, B, bias, async_op, config,
+                workspace)
+
+
+def matmul_reduce_scatter(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
+    """``out`` (M, N / world) = this rank's column block of the sum over ranks of ``A @ B`` (+ its part of bias).
+
+    Upstream's variant takes a full (M, N) ``out`` and fills only this rank's tiles; a full-size ``out`` is
+    refused here, with a message that says so.
+
+    Examples
+    --------
+    >>> out = ctx.zeros(M, N // ctx.num_ranks, dtype=torch.bfloat16)      # doctest: +SKIP
+    >>> iris.ops.matmul_reduce_scatter(ctx, out, A, B)                    # doctest: +SKIP
+    """
+    world = ctx.num_ranks
+    m, k, n = _matmul_dims(ctx, "matmul_reduce_scatter", A, B)
+    if n % world:
+        raise ValueError(f"rank {ctx.cur_rank}: matmul_reduce_scatter splits N = {n} columns over {world} ranks: "
+                         "N must be a multiple of the world size")
+    if isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n) and world > 1:
+        raise ValueError(f"rank {ctx.cur_rank}: matmul_reduce_scatter: out is the full (M, N) = ({m}, {n}) product; "
+                         f"ours writes only this rank's column block, out of shape (M, N / world) = ({m}, {n // world})"
+                         " (upstream Iris fills the full tensor's own tiles only; take out[:, rank * N/world:...] of "
+                         "its result to compare)")
+    _check_out(ctx, "matmul_reduce_scatter", out, (m, n // world), A.dtype)
+    _check_bias(ctx, "matmul_reduce_scatter", bias, n, A.dtype)
+    return _run(ctx, "matmul_reduce_scatter", sequential.matmul_reduce_scatter, out, A, B, bias, async_op, config,
+                workspace)
+
+
+# -- checks and dispatch --------------------------------------------------------------------------------------
+def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) -> Workspace:
+    config = config or FusedConfig()
+    if not isinstance(config, FusedConfig):
+        raise TypeError(f"rank {ctx.cur_rank}: {op} config must be an iris.ops.FusedConfig, got {type(config)}")
+    key = (op, tuple(out.shape), tuple(A.shape), tuple(B.shape), A.dtype, bias is not None)
+    workspace = workspace if workspace is not None else ctx.ops.workspace_for(key)
+    if workspace.key != key:
+        raise ValueError(f"rank {ctx.cur_rank}: {op}: this workspace was made for {workspace.key}, not {key}: "
+                         "pass the workspace of a call with the same shapes, or none")
+    workspace.path = "sequential"  # the only path built: see the module's status note
+    implementation(ctx, out, A, B, bias, async_op, workspace)
+    return workspace
+
+
+def _check_operands(ctx, op, A, B) -> None:
+    for name, tensor in (("A", A), ("B", B)):
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 2:
+            raise ValueError(f"rank {ctx.cur_rank}: {op}: {name} must be a 2-D torch.Tensor, got "
+                             f"{getattr(tensor, 'shape', type(tensor).__name__)}")
+        if tensor.dtype not in DTYPES:
+            raise ValueError(f"rank {ctx.cur_rank}: {op}: {name} is {tensor.dtype}; the ops take float16, bfloat16 "
+                             "or float32")
+        if tensor.device != ctx.get_device():
+            raise ValueError(f"rank {ctx.cur_rank}: {op}: {name} is on {tensor.device}, not this rank's "
+                             f"{ctx.get_device()}")
+    if A.dtype != B.dtype:
+        raise ValueError(f"rank {ctx.cur_rank}: {op}: A is {A.dtype} but B is {B.dtype}: use one dtype")
+
+
+def _matmul_dims(ctx, op, A, B) -> tuple[int, int, int]:
+    _check_operands(ctx, op, A, B)
+    if A.shape[1] != B.shape[0]:
+        raise ValueError(f"rank {ctx.cur_rank}: {op}: A {list(A.shape)} @ B {list(B.shape)}: A's columns must be "
+                         "B's rows")
+    return A.shape[0], A.shape[1], B.shape[1]
+
+
+def _check_out(ctx, op, out, shape, dtype) -> None:
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(shape) or out.dtype != dtype:
+        got = f"{list(out.shape)} {out.dtype}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"rank {ctx.cur_rank}: {op}: out must be {list(shape)} {dtype}, got {got}")
+    if out.device != ctx.get_device():
+        raise ValueError(f"rank {ctx.cur_rank}: {op}: out is on {out.device}, not this rank's {ctx.get_device()}")
+
+
+def _check_bias(ctx, op, bias, n, dtype) -> None:
+    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (n,) or bias.dtype != dtype):
+        got = f"{list(bias.shape)} {bias.dtype}" if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise ValueError(f"rank {ctx.cur_rank}: {op}: bias must be [{n}] {dtype} (one value per column of the "
+                         f"product), got {got}")

@@ -1,0 +1,89 @@
+"""How a fused GEMM + communication op runs: :class:`FusedConfig`, and the :class:`Workspace` it keeps.
+
+Examples
+--------
+>>> FusedConfig().variant
+'auto'
+>>> FusedConfig(variant="fused")                          # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+NotImplementedError: FusedConfig variant 'fused': only the sequential path is built so far ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+VARIANTS = ("auto", "sequential")
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclass(frozen=True)
+class FusedConfig:
+    """Tile sizes, communication programs and the path of a ``ctx.ops`` call (upstream Iris's ``FusedConfig``).
+
+    Parameters
+    ----------
+    block_m, block_n, block_k : int
+        GEMM tile sizes of the fused path.
+    comm_sms : int
+        Programs given to communication in the fused path.
+    variant : {"auto", "sequential"}
+        The path: ``"sequential"`` runs ``torch.matmul`` into a heap buffer, then iris's collective
+        (:mod:`iris.ccl`); ``"auto"`` picks per shape (today: sequential, the only path built).
+    """
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 64
+    comm_sms: int = 16
+    variant: str = "auto"
+
+    def __post_init__(self):
+        if self.variant == "fused":
+            raise NotImplementedError(
+                "FusedConfig variant 'fused': only the sequential path is built so far (a matmul, then iris's "
+                "collective); use variant='auto' or 'sequential'")
+        if self.variant not in VARIANTS:
+            raise ValueError(f"FusedConfig variant {self.variant!r}: use one of {', '.join(map(repr, VARIANTS))}")
+        for name in ("block_m", "block_n", "block_k", "comm_sms"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"FusedConfig {name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass
+class Workspace:
+    """What an op keeps between calls with the same shapes: heap buffers and the collective's workspace.
+
+    Allocating it is collective (every rank calls the op), so the first call runs outside a CUDA graph
+    capture; later calls reuse it and can be captured.
+
+    Attributes
+    ----------
+    path : str
+        The path the last call took (``"sequential"``).
+    key : tuple
+        The op, shapes and dtype it was made for.
+    buffers : dict of str to torch.Tensor
+        Heap buffers (the local product, the gathered input...).
+    collective : iris.ccl.Workspace or None
+        The collective's own workspace, passed back to it.
+    """
+
+    key: tuple
+    path: str = "sequential"
+    buffers: dict = field(default_factory=dict)
+    collective: object = None
+
+    def wait(self) -> None:
+        """After a call with ``async_op=True``: wait (in stream order) until its collective has finished."""
+        if self.collective is not None:
+            self.collective.wait()
+
+    def buffer(self, ctx, name: str, shape, dtype) -> torch.Tensor:
+        """The heap buffer ``name`` (allocated on the first call: collective)."""
+        if name not in self.buffers:
+            self.buffers[name] = ctx.empty(*shape, dtype=dtype, name=f"ops.{self.key[0]}.{name}")
+        return self.buffers[name]

@@ -1,0 +1,86 @@
+"""The sequential path of the ops: ``torch.matmul`` into a heap buffer, then iris's collective on it.
+
+Each function takes checked arguments (see :mod:`iris.ops`) and the op's :class:`~iris.ops.config.Workspace`.
+The collectives are :mod:`iris.ccl`'s (faster than NCCL for these sizes when eager, and CUDA-graph capturable),
+so this path is also the baseline the fused path must beat: "a matmul followed by a collective", with no
+overlap between the two.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ccl.reduce_scatter import chunk_size
+
+
+def _into(out: torch.Tensor, result: torch.Tensor) -> None:
+    if out.data_ptr() != result.data_ptr():
+        out.copy_(result)
+
+
+def matmul_all_reduce(ctx, out, A, B, bias, async_op, workspace):
+    """out = sum over ranks of A @ B (+ bias, once)."""
+    partial = workspace.buffer(ctx, "partial", out.shape, out.dtype)
+    reduced = out if _on_heap(ctx, out) else workspace.buffer(ctx, "reduced", out.shape, out.dtype)
+    torch.matmul(A, B, out=partial)
+    workspace.collective = ctx.ccl.all_reduce(reduced, partial, async_op=async_op, workspace=workspace.collective)
+    _wait_if_async(workspace, async_op, reduced is not out or bias is not None)
+    if bias is not None:
+        reduced += bias
+    _into(out, reduced)
+
+
+def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace):
+    """out = (every rank's A_sharded, side by side along K) @ B."""
+    world = ctx.num_ranks
+    m, k_local = A_sharded.shape
+    shard = A_sharded if _on_heap(ctx, A_sharded) else workspace.buffer(ctx, "shard", A_sharded.shape,
+                                                                         A_sharded.dtype)
+    _into(shard, A_sharded)
+    gathered = workspace.buffer(ctx, "gathered", (world * m, k_local), A_sharded.dtype)
+    workspace.collective = ctx.ccl.all_gather(gathered, shard, async_op=False)
+    # Rows [r*M, (r+1)*M) hold rank r's shard: columns [r*K_local, (r+1)*K_local) of A.
+    a_full = gathered.view(world, m, k_local).transpose(0, 1).reshape(m, world * k_local)
+    torch.matmul(a_full, B, out=out)
+    if bias is not None:
+        out += bias
+
+
+def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace):
+    """out = every rank's A @ B, stacked along M in rank order."""
+    local = workspace.buffer(ctx, "local", (A.shape[0], B.shape[1]), out.dtype)
+    torch.matmul(A, B, out=local)
+    if bias is not None:
+        local += bias
+    gathered = out if _on_heap(ctx, out) else workspace.buffer(ctx, "gathered", out.shape, out.dtype)
+    workspace.collective = ctx.ccl.all_gather(gathered, local, async_op=async_op)
+    _wait_if_async(workspace, async_op, gathered is not out)
+    _into(out, gathered)
+
+
+def matmul_reduce_scatter(ctx, out, A, B, bias, async_op, workspace):
+    """out = this rank's column block of the sum over ranks of A @ B (+ bias, its columns, once)."""
+    world, rank = ctx.num_ranks, ctx.cur_rank
+    m, n_local = out.shape
+    # The column blocks, each contiguous and padded to the collective's 16-element chunk alignment, so that
+    # rank r's chunk of the flat buffer is exactly column block r.
+    block = chunk_size(world * m * n_local, world)
+    padded = workspace.buffer(ctx, "blocks", (world, block), out.dtype)
+    product = workspace.buffer(ctx, "product", (m, world * n_local), out.dtype)
+    torch.matmul(A, B, out=product)
+    padded[:, :m * n_local].view(world, m, n_local).copy_(product.view(m, world, n_local).transpose(0, 1))
+    workspace.collective = ctx.ccl.reduce_scatter(padded, padded, async_op=False)
+    mine = padded[rank, :m * n_local].view(m, n_local)
+    out.copy_(mine)
+    if bias is not None:
+        out += bias[rank * n_local:(rank + 1) * n_local]
+
+
+def _on_heap(ctx, tensor: torch.Tensor) -> bool:
+    return ctx.is_symmetric(tensor) and tensor.is_contiguous()
+
+
+def _wait_if_async(workspace, async_op: bool, needed: bool) -> None:
+    """With ``async_op``, finish the collective now when the op still has work on its result (a copy, the bias)."""
+    if async_op and needed:
+        workspace.wait()

@@ -1,0 +1,27 @@
+"""GEMM + communication ops (ctx.ops) on the CUDA backend: the CPU suite's rank cases with IRIS_TEST_BACKEND=cuda
+on 2 ranks (sharing a GPU when there is only one), at shapes of a few hundred, fp32, bf16 and fp16.
+
+Run on a GPU machine by tests/gpu/run_gpu_checks.sh (or ``pytest tests/gpu/test_ops_cuda.py``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.multirank import run_ranks
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+CASES = "tests.rank_cases_ops"
+CUDA = {"IRIS_TEST_BACKEND": "cuda", "IRIS_BACKEND": "cuda"}
+
+
+def test_every_op_matches_torch_on_gpu():
+    results = run_ranks(2, f"{CASES}:every_op", 300, 260, 514, ["float32", "bfloat16", "float16"], env=CUDA)
+    assert [r["paths"] for r in results] == [["sequential"]] * 2
+
+
+def test_errors_on_gpu():
+    results = run_ranks(2, f"{CASES}:errors", env=CUDA)
+    assert all(message is not None for message in results[0]["messages"].values()), results[0]["messages"]

@@ -1,0 +1,111 @@
+"""Code that runs inside each rank for tests/test_ops.py (CPU) and tests/gpu (CUDA): every ``ctx.ops`` op against
+torch references built from every rank's inputs (same seeds on every rank), odd shapes, bias, fp32 and bf16,
+inputs intact, workspace reuse and back-to-back calls. Backend: env ``IRIS_TEST_BACKEND`` ("cpu" by default).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+import iris
+
+BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
+# Largest error allowed, relative to the largest value of the result: a GEMM's rounding scales with its output
+# (cuBLAS may also reduce split-K partial sums in half precision, as torch allows by default).
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
+
+
+def _inputs(shape_of, world, dtype, device, seed):
+    """Every rank's tensor of shape ``shape_of`` (the same on every rank: rank r's is seeded with seed + r)."""
+    return [torch.randn(*shape_of, generator=torch.Generator().manual_seed(seed + r)).to(dtype).to(device)
+            for r in range(world)]
+
+
+def _close(got, want, dtype, what):
+    error = (got.float() - want.float()).abs().max().item() if got.numel() else 0.0
+    scale = want.float().abs().max().item() + 1.0
+    assert error <= TOLERANCE[dtype] * scale, f"{what}: max error {error}, largest value {scale - 1:.3g}"
+
+
+def every_op(m, k, n, dtypes):
+    """Each op twice (the second call reusing the first's workspace), with and without bias, per dtype."""
+    ctx = iris.iris("64MiB", backend=BACKEND)
+    rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
+    paths = set()
+    for dtype in (getattr(torch, name) for name in dtypes):
+        As = _inputs((m, k), world, dtype, device, 10)
+        Bs = _inputs((k, n), world, dtype, device, 20)
+        bias = torch.randn(n, generator=torch.Generator().manual_seed(30)).to(dtype).to(device)
+        A, B = As[rank], Bs[rank]
+        A_copy, B_copy = A.clone(), B.clone()
+        # float32 references of what each op computes. A sum over ranks adds each rank's product as it is
+        # stored, rounded to the dtype (as a matmul followed by any all-reduce does): no bf16 op can match a sum
+        # of unrounded products where large partial products cancel.
+        products = [a.float() @ b.float() for a, b in zip(As, Bs, strict=True)]
+        summed = sum(p.to(dtype).float() for p in products)
+        for with_bias in (False, True):
+            extra = bias.float() if with_bias else 0.0
+            b_arg = bias if with_bias else None
+
+            out = ctx.zeros(m, n, dtype=dtype)
+            first = ctx.ops.matmul_all_reduce(out, A, B, bias=b_arg)
+            second = ctx.ops.matmul_all_reduce(out, A, B, bias=b_arg)
+            assert first is second, "a repeated call reuses its workspace"
+            _close(out, summed + extra, dtype, f"matmul_all_reduce {dtype} bias={with_bias}")
+            paths.add(second.path)
+
+            out = torch.zeros(m * world, n, dtype=dtype, device=device)  # not on the heap: copied into
+            for _ in range(2):
+                ctx.ops.matmul_all_gather(out, A, B, bias=b_arg)
+            _close(out, torch.cat(products) + extra, dtype, f"matmul_all_gather {dtype} bias={with_bias}")
+
+            k_local = k  # each rank's shard: its A is (m, k), the gathered A (m, world * k)
+            B_full = _inputs((world * k_local, n), 1, dtype, device, 40)[0]
+            out = ctx.zeros(m, n, dtype=dtype)
+            for _ in range(2):
+                iris.ops.all_gather_matmul(ctx, out, A, B_full, bias=b_arg)  # the function form
+            _close(out, torch.cat([a.float() for a in As], dim=1) @ B_full.float() + extra, dtype,
+                   f"all_gather_matmul {dtype} bias={with_bias}")
+
+            if n % world == 0:
+                n_local = n // world
+                out = ctx.zeros(m, n_local, dtype=dtype)
+                for _ in range(2):
+                    ctx.ops.matmul_reduce_scatter(out, A, B, bias=b_arg)
+                columns = slice(rank * n_local, (rank + 1) * n_local)
+                want = summed[:, columns] + (bias.float()[columns] if with_bias else 0.0)
+                _close(out, want, dtype, f"matmul_reduce_scatter {dtype} bias={with_bias}")
+        assert torch.equal(A, A_copy) and torch.equal(B, B_copy), "inputs intact"
+    ctx.barrier()
+    return {"rank": rank, "paths": sorted(paths)}
+
+
+def errors():
+    """What a user is told for shapes and arguments the ops do not take."""
+    ctx = iris.iris("16MiB", backend=BACKEND)
+    rank, world = ctx.cur_rank, ctx.num_ranks
+    A, B = torch.randn(4, 6), torch.randn(6, 2 * world)
+    messages = {}
+    cases = {
+        "full_size_reduce_scatter": lambda: ctx.ops.matmul_reduce_scatter(torch.zeros(4, 2 * world), A, B),
+        "indivisible_n": lambda: ctx.ops.matmul_reduce_scatter(torch.zeros(4, 1), A, torch.randn(6, 2 * world + 1)),
+        "inner_dims": lambda: ctx.ops.matmul_all_reduce(torch.zeros(4, 2), A, torch.randn(5, 2)),
+        "wrong_out": lambda: ctx.ops.matmul_all_reduce(torch.zeros(3, 2 * world), A, B),
+        "int_dtype": lambda: ctx.ops.matmul_all_reduce(torch.zeros(4, 2, dtype=torch.int32),
+                                                       A.to(torch.int32), B[:, :2].to(torch.int32)),
+        "mixed_dtypes": lambda: ctx.ops.matmul_all_reduce(torch.zeros(4, 2 * world), A, B.bfloat16()),
+        "gathered_k": lambda: ctx.ops.all_gather_matmul(torch.zeros(4, 2), A, torch.randn(6, 2)),
+        "bias_shape": lambda: ctx.ops.matmul_all_reduce(torch.zeros(4, 2 * world), A, B, bias=torch.zeros(3)),
+        "fused_variant": lambda: iris.ops.FusedConfig(variant="fused"),
+    }
+    for name, call in cases.items():
+        try:
+            call()
+        except (ValueError, NotImplementedError, TypeError) as error:
+            messages[name] = f"{type(error).__name__}: {error}"
+        else:
+            messages[name] = None
+    ctx.barrier()
+    return {"rank": rank, "messages": messages}
