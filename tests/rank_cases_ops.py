@@ -56,10 +56,13 @@ def every_op(m, k, n, dtypes):
             _close(out, summed + extra, dtype, f"matmul_all_reduce {dtype} bias={with_bias}")
             paths.add(second.path)
 
-            out = torch.zeros(m * world, n, dtype=dtype, device=device)  # not on the heap: copied into
-            for _ in range(2):
-                ctx.ops.matmul_all_gather(out, A, B, bias=b_arg)
-            _close(out, torch.cat(products) + extra, dtype, f"matmul_all_gather {dtype} bias={with_bias}")
+            for variant, on_heap in (("sequential", False), ("chunked", False), ("chunked", True)):
+                config = iris.ops.FusedConfig(variant=variant, chunks=3)  # 3 chunks: the last one short
+                out = (ctx.zeros if on_heap else torch.zeros)(m * world, n, dtype=dtype, device=device)
+                for _ in range(2):
+                    paths.add(ctx.ops.matmul_all_gather(out, A, B, bias=b_arg, config=config).path)
+                _close(out, torch.cat(products) + extra, dtype,
+                       f"matmul_all_gather {variant} {dtype} bias={with_bias} out on heap={on_heap}")
 
             k_local = k  # each rank's shard: its A is (m, k), the gathered A (m, world * k)
             B_full = _inputs((world * k_local, n), 1, dtype, device, 40)[0]
@@ -99,6 +102,8 @@ def errors():
         "gathered_k": lambda: ctx.ops.all_gather_matmul(torch.zeros(4, 2), A, torch.randn(6, 2)),
         "bias_shape": lambda: ctx.ops.matmul_all_reduce(torch.zeros(4, 2 * world), A, B, bias=torch.zeros(3)),
         "fused_variant": lambda: iris.ops.FusedConfig(variant="fused"),
+        "no_chunked_path": lambda: ctx.ops.matmul_all_reduce(torch.zeros(4, 2 * world), A, B,
+                                                             config=iris.ops.FusedConfig(variant="chunked")),
     }
     for name, call in cases.items():
         try:

@@ -1,6 +1,6 @@
 """GEMM + communication ops (iris.ops, ctx.ops) on the CPU backend, 2 and 3 real ranks, against torch references:
 every op with odd shapes, bias, fp32 and bf16, inputs intact, workspaces reused, the path it took; and what a
-user is told for what the ops do not take. (Only the sequential path exists so far: see iris/ops/__init__.py.)
+user is told for what the ops do not take. Both paths built so far run here (the chunked one without streams).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_upstream_signatures():
 ])
 def test_every_op_matches_torch(world, shape, dtypes):
     results = run_ranks(world, f"{CASES}:every_op", *shape, dtypes)
-    assert [r["paths"] for r in results] == [["sequential"]] * world
+    assert [r["paths"] for r in results] == [["chunked", "sequential"]] * world
 
 
 def test_errors_say_what_and_what_to_do():
@@ -50,3 +50,4 @@ def test_errors_say_what_and_what_to_do():
     assert "K = world x the shard's columns" in messages["gathered_k"]
     assert "bias must be [4]" in messages["bias_shape"]
     assert messages["fused_variant"].startswith("NotImplementedError: FusedConfig variant 'fused'")
+    assert "matmul_all_reduce has no chunked path yet (only matmul_all_gather)" in messages["no_chunked_path"]

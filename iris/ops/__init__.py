@@ -15,9 +15,14 @@ shards by construction); ``bias`` (N,) is added once. Inputs are left intact. Ea
 :class:`Workspace` (its ``path`` says how it ran); ``ctx.ops`` keeps one per op and shapes, so repeated calls
 allocate nothing and, after the first, can be captured in a CUDA graph.
 
-**Status.** Only the sequential path exists so far: ``torch.matmul`` into a heap buffer, then :mod:`iris.ccl`'s
-collective (``workspace.path == "sequential"``). The fused path (persistent GEMM tiles pushed or consumed as
-they are produced) is not built yet: the ops are right, not yet faster than a matmul followed by NCCL.
+**Paths** (``workspace.path`` says which ran; :func:`choose_path` picks):
+
+* ``"sequential"``: ``torch.matmul`` into a heap buffer, then :mod:`iris.ccl`'s collective; every op, every backend;
+* ``"chunked"`` (:mod:`iris.ops.chunked`): the GEMM in row chunks, each pushed to the peers by the copy engines
+  while the next computes; matmul_all_gather only, so far.
+
+The fused path (one persistent kernel whose tiles are pushed or consumed as they are produced) is not built
+yet; ``benchmarks/fused_ops.py`` says where each op stands against a matmul followed by NCCL.
 
 Examples
 --------
@@ -31,11 +36,17 @@ from __future__ import annotations
 
 import torch
 
-from . import sequential
+from . import chunked, sequential
 from .config import DTYPES, FusedConfig, Workspace
 
-__all__ = ["FusedConfig", "Workspace", "all_gather_matmul", "matmul_all_gather", "matmul_all_reduce",
+__all__ = ["FusedConfig", "Workspace", "all_gather_matmul", "choose_path", "matmul_all_gather", "matmul_all_reduce",
            "matmul_reduce_scatter"]
+
+CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather}  # the ops that have a chunked path
+# Where auto takes the chunked path (measured on 2xH200, bf16: benchmarks/RESULTS.md "fused_ops"): from 1024
+# rows per rank when K is at most CHUNKED_UP_TO_K, else from CHUNKED_FROM_ROWS_DEEP rows. A deep K makes the
+# product cheap to send next to its GEMM, and chunks of a few hundred rows lose GEMM efficiency.
+CHUNKED_FROM_ROWS, CHUNKED_UP_TO_K, CHUNKED_FROM_ROWS_DEEP = 1024, 16384, 4096
 
 
 def matmul_all_reduce(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
@@ -118,6 +129,26 @@ def matmul_reduce_scatter(ctx, out, A, B, bias=None, async_op=False, config=None
 
 
 # -- checks and dispatch --------------------------------------------------------------------------------------
+def choose_path(ctx, op: str, rows: int, depth: int, config: FusedConfig) -> str:
+    """The path an op takes: ``config.variant`` when it names one, else (``"auto"``) ``"chunked"`` on GPUs for
+    ops that have it, with ``rows`` (per rank) and ``depth`` (K) where it measured faster (see
+    :data:`CHUNKED_FROM_ROWS`), else ``"sequential"``.
+
+    Examples
+    --------
+    >>> choose_path(ctx, "matmul_all_reduce", 4096, 8192, FusedConfig())    # doctest: +SKIP
+    'sequential'
+    """
+    if config.variant == "chunked" and op not in CHUNKED:
+        raise NotImplementedError(f"rank {ctx.cur_rank}: {op} has no chunked path yet (only "
+                                  f"{', '.join(CHUNKED)}): use variant='auto' or 'sequential'")
+    if config.variant != "auto":
+        return config.variant
+    gpu = ctx.backend == "cuda" and ctx.num_ranks > 1
+    worth_it = rows >= CHUNKED_FROM_ROWS and (depth <= CHUNKED_UP_TO_K or rows >= CHUNKED_FROM_ROWS_DEEP)
+    return "chunked" if op in CHUNKED and gpu and worth_it else "sequential"
+
+
 def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) -> Workspace:
     config = config or FusedConfig()
     if not isinstance(config, FusedConfig):
@@ -127,8 +158,11 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) 
     if workspace.key != key:
         raise ValueError(f"rank {ctx.cur_rank}: {op}: this workspace was made for {workspace.key}, not {key}: "
                          "pass the workspace of a call with the same shapes, or none")
-    workspace.path = "sequential"  # the only path built: see the module's status note
-    implementation(ctx, out, A, B, bias, async_op, workspace)
+    workspace.path = choose_path(ctx, op, A.shape[0], B.shape[0], config)
+    if workspace.path == "chunked":
+        CHUNKED[op](ctx, out, A, B, bias, async_op, workspace, config.chunks)
+    else:
+        implementation(ctx, out, A, B, bias, async_op, workspace)
     return workspace
 
 

@@ -7,7 +7,7 @@ Examples
 >>> FusedConfig(variant="fused")                          # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-NotImplementedError: FusedConfig variant 'fused': only the sequential path is built so far ...
+NotImplementedError: FusedConfig variant 'fused': the fused path (one persistent kernel) is not built yet; ...
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-VARIANTS = ("auto", "sequential")
+VARIANTS = ("auto", "sequential", "chunked")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -30,25 +30,30 @@ class FusedConfig:
         GEMM tile sizes of the fused path.
     comm_sms : int
         Programs given to communication in the fused path.
-    variant : {"auto", "sequential"}
+    chunks : int
+        Row chunks of the chunked path.
+    variant : {"auto", "sequential", "chunked"}
         The path: ``"sequential"`` runs ``torch.matmul`` into a heap buffer, then iris's collective
-        (:mod:`iris.ccl`); ``"auto"`` picks per shape (today: sequential, the only path built).
+        (:mod:`iris.ccl`); ``"chunked"`` computes row chunks and pushes each to the peers with the copy
+        engines while the next computes (:mod:`iris.ops.chunked`; matmul_all_gather only, so far);
+        ``"auto"`` picks per op and shape (:func:`iris.ops.choose_path`).
     """
 
     block_m: int = 128
     block_n: int = 128
     block_k: int = 64
     comm_sms: int = 16
+    chunks: int = 4
     variant: str = "auto"
 
     def __post_init__(self):
         if self.variant == "fused":
             raise NotImplementedError(
-                "FusedConfig variant 'fused': only the sequential path is built so far (a matmul, then iris's "
-                "collective); use variant='auto' or 'sequential'")
+                "FusedConfig variant 'fused': the fused path (one persistent kernel) is not built yet; use "
+                "variant='auto', 'sequential' or 'chunked'")
         if self.variant not in VARIANTS:
             raise ValueError(f"FusedConfig variant {self.variant!r}: use one of {', '.join(map(repr, VARIANTS))}")
-        for name in ("block_m", "block_n", "block_k", "comm_sms"):
+        for name in ("block_m", "block_n", "block_k", "comm_sms", "chunks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"FusedConfig {name} must be >= 1, got {getattr(self, name)}")
 
@@ -63,7 +68,7 @@ class Workspace:
     Attributes
     ----------
     path : str
-        The path the last call took (``"sequential"``).
+        The path the last call took (``"sequential"`` or ``"chunked"``).
     key : tuple
         The op, shapes and dtype it was made for.
     buffers : dict of str to torch.Tensor
@@ -76,6 +81,7 @@ class Workspace:
     path: str = "sequential"
     buffers: dict = field(default_factory=dict)
     collective: object = None
+    copy_stream: object = None  # the chunked path's second stream (GPU)
 
     def wait(self) -> None:
         """After a call with ``async_op=True``: wait (in stream order) until its collective has finished."""

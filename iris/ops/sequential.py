@@ -63,15 +63,13 @@ def matmul_reduce_scatter(ctx, out, A, B, bias, async_op, workspace):
     world, rank = ctx.num_ranks, ctx.cur_rank
     m, n_local = out.shape
     # The column blocks, each contiguous and padded to the collective's 16-element chunk alignment, so that
-    # rank r's chunk of the flat buffer is exactly column block r.
+    # rank r's chunk of the flat buffer is exactly column block r; each block's GEMM writes it in place.
     block = chunk_size(world * m * n_local, world)
-    padded = workspace.buffer(ctx, "blocks", (world, block), out.dtype)
-    product = workspace.buffer(ctx, "product", (m, world * n_local), out.dtype)
-    torch.matmul(A, B, out=product)
-    padded[:, :m * n_local].view(world, m, n_local).copy_(product.view(m, world, n_local).transpose(0, 1))
-    workspace.collective = ctx.ccl.reduce_scatter(padded, padded, async_op=False)
-    mine = padded[rank, :m * n_local].view(m, n_local)
-    out.copy_(mine)
+    blocks = workspace.buffer(ctx, "blocks", (world, block), out.dtype)
+    for j in range(world):
+        torch.matmul(A, B[:, j * n_local:(j + 1) * n_local], out=blocks[j, :m * n_local].view(m, n_local))
+    workspace.collective = ctx.ccl.reduce_scatter(blocks, blocks, async_op=False)
+    out.copy_(blocks[rank, :m * n_local].view(m, n_local))
     if bias is not None:
         out += bias[rank * n_local:(rank + 1) * n_local]
 
