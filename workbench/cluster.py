@@ -39,7 +39,7 @@ import psutil
 from iris.heap.cpu import heap_files_of, process_alive, remove_stale_heap_files
 from iris.sizes import format_size, parse_size
 
-from . import engine, execution, hang_report, shutdown
+from . import engine, execution, hang_report, shutdown, whereabouts
 from .progress import StartProgress
 from .report import CellReport, RankError, WorkbenchError
 from .shutdown import EngineStop, StopReport
@@ -445,7 +445,7 @@ def cell_filename(source: str) -> str:
     defined in the cell get the same Triton cache key everywhere."""
     import hashlib
 
-    return f"<iris-cell-{hashlib.sha1(source.encode()).hexdigest()[:12]}>"
+    return f"{whereabouts.CELL_PREFIX}{hashlib.sha1(source.encode()).hexdigest()[:12]}>"
 
 
 def _peek_exit(process) -> str | None:

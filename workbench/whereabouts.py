@@ -39,7 +39,7 @@ import time
 from tokenize import TokenError
 
 CHANNEL_PREFIX = "iris-workbench-hang"
-CELL_PREFIX = "<iris-cell-"
+CELL_PREFIX = "<iris-cell-"  # how cell source is registered (workbench.cluster.cell_filename)
 REQUEST = b"where\n"
 # The GPU's small allocations (flags, counters, locks) are copied to the host; larger ones are data.
 FLAG_BYTES = 4096
