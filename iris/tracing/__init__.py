@@ -3,7 +3,10 @@
 * :mod:`.events`: the one description of an event (ids, names, buffers, device-context slots), and
   :class:`TraceEvent`;
 * :mod:`.device`: :class:`DeviceTracing`, ``ctx.tracing`` in kernels (``record_event_start/end``);
-* :mod:`.host`: :class:`Tracing`, ``ctx.tracing`` on the host (``enable``, ``reset``, ``export``).
+* :mod:`.host`: :class:`Tracing`, ``ctx.tracing`` on the host (``enable``, ``reset``, ``export``), and
+  :func:`~.host.merge_traces`;
+* :mod:`.timeline`: a merged trace read as spans per rank and program, release -> acquire arrows and a per-rank
+  table (what the workbench's timeline draws).
 
 Examples
 --------
