@@ -1,4 +1,5 @@
-"""Widgets that show what every rank holds: :class:`BufferView`, :class:`HeapInspector`, :class:`RemoteView`.
+"""Widgets that show what every rank holds: :class:`BufferView`, :class:`HeapInspector`, :class:`RemoteView`; and
+when each did what: :class:`TimelineView`.
 
 Each rank reduces its data before sending it (:mod:`.reduce`, called through :mod:`.probes`), so the
 notebook receives a few hundred kB per rank whatever the tensor's size; :mod:`.render` draws the PNGs,
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import importlib
 
-_CLASSES = {"BufferView": ".buffer_view", "HeapInspector": ".heap_inspector", "RemoteView": ".remote_view"}
+_CLASSES = {"BufferView": ".buffer_view", "HeapInspector": ".heap_inspector", "RemoteView": ".remote_view",
+            "TimelineView": ".timeline"}
 
 
 def __getattr__(name: str):
