@@ -157,10 +157,10 @@ class IrisMagics(Magics):
         elif args.command == "remote":
             display(workbench.remote(args.name, args.rank))
         elif args.command == "timeline":
+            view = tracing.timeline_view(wb, filename=args.save)
             if args.save:
-                tracing.merged_trace(wb, args.save)
                 print(f"wrote the merged trace to {args.save}: open it at https://ui.perfetto.dev")
-            display(workbench.timeline())
+            display(view)
 
     @cell_magic
     def iris_kernel(self, line: str, cell: str):

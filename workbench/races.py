@@ -62,11 +62,6 @@ def start_checking(wb) -> None:
     wb.apply(probes.start_race_check)
 
 
-def is_checking(wb) -> bool:
-    """Whether the ranks check for races (asks rank 0; the ranks turn it on together)."""
-    return wb.pull("ctx.check", ranks=[0])[0] == "races"
-
-
 def cell_races(wb) -> RaceReport:
     """Every rank's races since the last call (all ranks, even after a ``--ranks`` cell: they are all idle)."""
     answers = wb.apply(probes.take_races)

@@ -53,12 +53,13 @@ def merged_trace(wb, filename: str | None = None, ranks=None) -> dict:
     return merged
 
 
-def timeline_view(wb, ranks=None):
-    """A :class:`~workbench.widgets.timeline.TimelineView` of the ranks' current capture."""
+def timeline_view(wb, ranks=None, filename: str | None = None):
+    """A :class:`~workbench.widgets.timeline.TimelineView` of the ranks' current capture (also written to
+    ``filename`` when given: :func:`merged_trace`)."""
     from iris.tracing.timeline import Timeline
 
     from .widgets.timeline import TimelineView
 
-    trace = merged_trace(wb, ranks=ranks)
+    trace = merged_trace(wb, filename, ranks=ranks)
     note = CPU_NOTE if trace["metadata"].get("backend") == "cpu" else ""
     return TimelineView(Timeline.from_trace(trace), note=note)
