@@ -166,9 +166,10 @@ def report(rows, world, small) -> None:
         lines.append(f"| {op} | {m}, {n}, {k} | {t['G']:.0f} | {t['C']:.0f} | {t['S']:.0f} | {fused} | "
                      f"{t['T']:.0f} | {path} | {t['T seq']:.0f} | {t['T'] / t['S']:.2f} | {100 * hidden:.0f}% | "
                      f"{'met' if all(goals) else 'missed'} |")
-    lines += ["", "Paths: sequential (a matmul, then iris's collective: no overlap), chunked (row chunks pushed by the "
-                  "copy engines while the next chunk computes; matmul_all_gather only). The fused path is not built "
-                  "yet."]
+    lines += ["", "Paths: sequential (a matmul, then iris's collective: no overlap); chunked (matmul_all_gather: row "
+                  "chunks pushed by the copy engines while the next chunk computes; all_gather_matmul: the local term "
+                  "computed while the copy engines pull the peers' shards). The fused path (one persistent kernel) is "
+                  "not built yet."]
     table = "\n".join(lines)
     print(table)
     write_section(f"fused_ops ({world} GPUs{', small shapes' if small else ''})", table)

@@ -15,6 +15,7 @@ BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
 # Largest error allowed, relative to the largest value of the result: a GEMM's rounding scales with its output
 # (cuBLAS may also reduce split-K partial sums in half precision, as torch allows by default).
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
+CHUNKED = iris.ops.FusedConfig(variant="chunked", chunks=3)  # 3 chunks: the last one short on odd sizes
 
 
 def _inputs(shape_of, world, dtype, device, seed):
@@ -55,9 +56,13 @@ def every_op(m, k, n, dtypes):
             assert first is second, "a repeated call reuses its workspace"
             _close(out, summed + extra, dtype, f"matmul_all_reduce {dtype} bias={with_bias}")
             paths.add(second.path)
+            out = torch.zeros(m, n, dtype=dtype, device=device)  # not on the heap: reduced into a buffer
+            for _ in range(2):
+                paths.add(ctx.ops.matmul_all_reduce(out, A, B, bias=b_arg, config=CHUNKED).path)
+            _close(out, summed + extra, dtype, f"matmul_all_reduce chunked {dtype} bias={with_bias}")
 
             for variant, on_heap in (("sequential", False), ("chunked", False), ("chunked", True)):
-                config = iris.ops.FusedConfig(variant=variant, chunks=3)  # 3 chunks: the last one short
+                config = CHUNKED if variant == "chunked" else iris.ops.FusedConfig(variant=variant)
                 out = (ctx.zeros if on_heap else torch.zeros)(m * world, n, dtype=dtype, device=device)
                 for _ in range(2):
                     paths.add(ctx.ops.matmul_all_gather(out, A, B, bias=b_arg, config=config).path)
@@ -66,11 +71,13 @@ def every_op(m, k, n, dtypes):
 
             k_local = k  # each rank's shard: its A is (m, k), the gathered A (m, world * k)
             B_full = _inputs((world * k_local, n), 1, dtype, device, 40)[0]
-            out = ctx.zeros(m, n, dtype=dtype)
-            for _ in range(2):
-                iris.ops.all_gather_matmul(ctx, out, A, B_full, bias=b_arg)  # the function form
-            _close(out, torch.cat([a.float() for a in As], dim=1) @ B_full.float() + extra, dtype,
-                   f"all_gather_matmul {dtype} bias={with_bias}")
+            for config in (None, CHUNKED):
+                out = ctx.zeros(m, n, dtype=dtype)
+                for _ in range(2):
+                    iris.ops.all_gather_matmul(ctx, out, A, B_full, bias=b_arg, config=config)  # the function form
+                # (chunked: one rounding per rank's term, as a sum of per-shard products)
+                _close(out, torch.cat([a.float() for a in As], dim=1) @ B_full.float() + extra, dtype,
+                       f"all_gather_matmul {config} {dtype} bias={with_bias}")
 
             if n % world == 0:
                 n_local = n // world
@@ -102,8 +109,8 @@ def errors():
         "gathered_k": lambda: ctx.ops.all_gather_matmul(torch.zeros(4, 2), A, torch.randn(6, 2)),
         "bias_shape": lambda: ctx.ops.matmul_all_reduce(torch.zeros(4, 2 * world), A, B, bias=torch.zeros(3)),
         "fused_variant": lambda: iris.ops.FusedConfig(variant="fused"),
-        "no_chunked_path": lambda: ctx.ops.matmul_all_reduce(torch.zeros(4, 2 * world), A, B,
-                                                             config=iris.ops.FusedConfig(variant="chunked")),
+        "no_chunked_path": lambda: ctx.ops.matmul_reduce_scatter(torch.zeros(4, 2), A, B,
+                                                                 config=iris.ops.FusedConfig(variant="chunked")),
     }
     for name, call in cases.items():
         try:

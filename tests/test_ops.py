@@ -50,4 +50,4 @@ def test_errors_say_what_and_what_to_do():
     assert "K = world x the shard's columns" in messages["gathered_k"]
     assert "bias must be [4]" in messages["bias_shape"]
     assert messages["fused_variant"].startswith("NotImplementedError: FusedConfig variant 'fused'")
-    assert "matmul_all_reduce has no chunked path yet (only matmul_all_gather)" in messages["no_chunked_path"]
+    assert "matmul_reduce_scatter has no chunked path yet" in messages["no_chunked_path"]

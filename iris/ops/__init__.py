@@ -18,8 +18,9 @@ allocate nothing and, after the first, can be captured in a CUDA graph.
 **Paths** (``workspace.path`` says which ran; :func:`choose_path` picks):
 
 * ``"sequential"``: ``torch.matmul`` into a heap buffer, then :mod:`iris.ccl`'s collective; every op, every backend;
-* ``"chunked"`` (:mod:`iris.ops.chunked`): the GEMM in row chunks, each pushed to the peers by the copy engines
-  while the next computes; matmul_all_gather only, so far.
+* ``"chunked"`` (:mod:`iris.ops.chunked`): the GEMM in pieces, each piece's communication on a second stream
+  while the next computes (copy engines for the gathers, iris's all-reduce per row chunk); every op but
+  matmul_reduce_scatter, so far.
 
 The fused path (one persistent kernel whose tiles are pushed or consumed as they are produced) is not built
 yet; ``benchmarks/fused_ops.py`` says where each op stands against a matmul followed by NCCL.
@@ -42,11 +43,19 @@ from .config import DTYPES, FusedConfig, Workspace
 __all__ = ["FusedConfig", "Workspace", "all_gather_matmul", "choose_path", "matmul_all_gather", "matmul_all_reduce",
            "matmul_reduce_scatter"]
 
-CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather}  # the ops that have a chunked path
-# Where auto takes the chunked path (measured on 2xH200, bf16: benchmarks/RESULTS.md "fused_ops"): from 1024
-# rows per rank when K is at most CHUNKED_UP_TO_K, else from CHUNKED_FROM_ROWS_DEEP rows. A deep K makes the
-# product cheap to send next to its GEMM, and chunks of a few hundred rows lose GEMM efficiency.
-CHUNKED_FROM_ROWS, CHUNKED_UP_TO_K, CHUNKED_FROM_ROWS_DEEP = 1024, 16384, 4096
+CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather, "all_gather_matmul": chunked.all_gather_matmul,
+           "matmul_all_reduce": chunked.matmul_all_reduce}  # the ops that have a chunked path
+# Where auto takes the chunked path, per op (measured on 2xH200, bf16: benchmarks/RESULTS.md "fused_ops"), from
+# the rows per rank and K:
+# * matmul_all_gather: from 1024 rows when K <= 16384, else from 4096 rows (a deep K makes the product cheap to
+#   send next to its GEMM, and chunks of a few hundred rows lose GEMM efficiency);
+# * all_gather_matmul: always (pulling the shards under the local term beat gathering first at every shape);
+# * matmul_all_reduce: never (the all-reduce kernels take SMs from the next chunk's GEMM: slower than
+#   sequential at 5 of 6 shapes); variant="chunked" still runs it.
+AUTO_CHUNKED = {
+    "matmul_all_gather": lambda rows, depth: rows >= 1024 and (depth <= 16384 or rows >= 4096),
+    "all_gather_matmul": lambda rows, depth: True,
+}
 
 
 def matmul_all_reduce(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
@@ -130,9 +139,9 @@ def matmul_reduce_scatter(ctx, out, A, B, bias=None, async_op=False, config=None
 
 # -- checks and dispatch --------------------------------------------------------------------------------------
 def choose_path(ctx, op: str, rows: int, depth: int, config: FusedConfig) -> str:
-    """The path an op takes: ``config.variant`` when it names one, else (``"auto"``) ``"chunked"`` on GPUs for
-    ops that have it, with ``rows`` (per rank) and ``depth`` (K) where it measured faster (see
-    :data:`CHUNKED_FROM_ROWS`), else ``"sequential"``.
+    """The path an op takes: ``config.variant`` when it names one, else (``"auto"``) ``"chunked"`` on GPUs where
+    it measured faster for this op, ``rows`` (per rank) and ``depth`` (K) (:data:`AUTO_CHUNKED`), else
+    ``"sequential"``.
 
     Examples
     --------
@@ -145,8 +154,7 @@ def choose_path(ctx, op: str, rows: int, depth: int, config: FusedConfig) -> str
     if config.variant != "auto":
         return config.variant
     gpu = ctx.backend == "cuda" and ctx.num_ranks > 1
-    worth_it = rows >= CHUNKED_FROM_ROWS and (depth <= CHUNKED_UP_TO_K or rows >= CHUNKED_FROM_ROWS_DEEP)
-    return "chunked" if op in CHUNKED and gpu and worth_it else "sequential"
+    return "chunked" if gpu and op in AUTO_CHUNKED and AUTO_CHUNKED[op](rows, depth) else "sequential"
 
 
 def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) -> Workspace:

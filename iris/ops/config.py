@@ -34,8 +34,8 @@ class FusedConfig:
         Row chunks of the chunked path.
     variant : {"auto", "sequential", "chunked"}
         The path: ``"sequential"`` runs ``torch.matmul`` into a heap buffer, then iris's collective
-        (:mod:`iris.ccl`); ``"chunked"`` computes row chunks and pushes each to the peers with the copy
-        engines while the next computes (:mod:`iris.ops.chunked`; matmul_all_gather only, so far);
+        (:mod:`iris.ccl`); ``"chunked"`` runs each piece's communication on a second stream while the next
+        piece computes (:mod:`iris.ops.chunked`; every op but matmul_reduce_scatter, so far);
         ``"auto"`` picks per op and shape (:func:`iris.ops.choose_path`).
     """
 
