@@ -112,8 +112,11 @@ class Tracing:
         """Events not stored because the buffers were full (``recorded() - max_events`` when positive)."""
         return max(0, self.recorded() - self.max_events)
 
-    def trace(self) -> dict:
+    def trace(self, unlabelled: dict[int, str] | None = None) -> dict:
         """This rank's events as :meth:`export` writes them, without writing a file.
+
+        ``unlabelled`` names allocations without a ``name=`` label, by offset (the workbench passes the
+        variables holding them): see :meth:`iris.heap.HeapLocation.named`.
 
         Examples
         --------
@@ -124,7 +127,7 @@ class Tracing:
         recorded = self.recorded()
         stored = min(recorded, self.max_events)
         return {
-            "traceEvents": self._trace_events(stored),
+            "traceEvents": self._trace_events(stored, unlabelled or {}),
             "displayTimeUnit": "ns",
             "metadata": {**self._metadata(), "rank": self.iris.cur_rank, "num_events": stored,
                          "dropped_events": max(0, recorded - self.max_events),
@@ -205,7 +208,7 @@ class Tracing:
         width, offset = min(brackets)
         return offset, (width + 1) // 2
 
-    def _trace_events(self, count: int) -> list[dict]:
+    def _trace_events(self, count: int, unlabelled: dict[int, str]) -> list[dict]:
         """This rank's first ``count`` events in upstream's JSON form (times in µs), then the names of the process
         (the rank) and of its tracks (the programs)."""
         rank = self.iris.cur_rank
@@ -224,7 +227,8 @@ class Tracing:
                          "target_rank": column["target_rank"][i], "address": hex(address),
                          "xcc_id": column["xcc_id"][i], "cu_id": column["cu_id"][i],
                          "op_index": column["op_index"][i], "payload_size": column["payload_size"][i],
-                         "heap_offset": where.offset if where else None, "location": str(where) if where else None},
+                         "heap_offset": where.offset if where else None,
+                         "location": where.named(unlabelled.get(where.allocation_offset)) if where else None},
             }
             event.update({"ph": "X", "dur": ns_to_us(end - start)} if end > 0 else {"ph": "i", "s": "t"})
             events.append(event)

@@ -151,18 +151,8 @@ def rank_trace() -> dict:
         return {"status": "missing", "rank": rank,
                 "message": "tracing is not enabled: run a cell with %%iris_kernel --trace, or call "
                            "ctx.tracing.enable() before the kernels"}
-    trace = ctx.tracing.trace()
-    names = variable_names(namespace, ctx)
-    located = {}
-    for event in trace["traceEvents"]:
-        address = event.get("args", {}).get("address")
-        if address is None:
-            continue
-        if address not in located:
-            where = ctx.heap.locate(int(address, 16))
-            located[address] = where.named(", ".join(names.get(where.allocation_offset, [])) or None) if where else None
-        event["args"]["location"] = located[address]
-    return {"status": "ok", "rank": rank, "trace": trace}
+    names = {offset: ", ".join(found) for offset, found in variable_names(namespace, ctx).items()}
+    return {"status": "ok", "rank": rank, "trace": ctx.tracing.trace(unlabelled=names)}
 
 
 def start_race_check() -> dict:
