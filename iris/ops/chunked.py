@@ -31,8 +31,7 @@ import torch
 def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int):
     """``out`` = every rank's A @ B stacked along M, computed and pushed in ``chunks`` row chunks (into a heap
     buffer first when ``out`` is not on the heap: peers write into it)."""
-    target = out if ctx.is_symmetric(out) and out.is_contiguous() else workspace.buffer(
-        ctx, "gathered", out.shape, out.dtype)
+    target = workspace.on_heap(ctx, "gathered", out)
     _push_in_chunks(ctx, target, A, B, bias, workspace, chunks)
     if target is not out:
         out.copy_(target)
@@ -91,8 +90,7 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
 def matmul_all_reduce(ctx, out, A, B, bias, async_op, workspace, chunks: int):
     """``out = sum over ranks of A @ B``, each row chunk all-reduced while the next one computes."""
     partial = workspace.buffer(ctx, "partial", out.shape, out.dtype)
-    reduced = out if ctx.is_symmetric(out) and out.is_contiguous() else workspace.buffer(
-        ctx, "reduced", out.shape, out.dtype)
+    reduced = workspace.on_heap(ctx, "reduced", out)
     compute, copy = _streams(ctx, workspace)
     _wait(copy, compute)
     m = A.shape[0]

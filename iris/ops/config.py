@@ -88,6 +88,13 @@ class Workspace:
         if self.collective is not None:
             self.collective.wait()
 
+    def on_heap(self, ctx, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` itself when it is contiguous on the heap (peers may read or write it there), else the
+        heap buffer ``name`` of its shape and dtype, to be used in its place."""
+        if ctx.is_symmetric(tensor) and tensor.is_contiguous():
+            return tensor
+        return self.buffer(ctx, name, tensor.shape, tensor.dtype)
+
     def buffer(self, ctx, name: str, shape, dtype) -> torch.Tensor:
         """The heap buffer ``name`` (allocated on the first call: collective)."""
         if name not in self.buffers:

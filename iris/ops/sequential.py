@@ -21,7 +21,7 @@ def _into(out: torch.Tensor, result: torch.Tensor) -> None:
 def matmul_all_reduce(ctx, out, A, B, bias, async_op, workspace):
     """out = sum over ranks of A @ B (+ bias, once)."""
     partial = workspace.buffer(ctx, "partial", out.shape, out.dtype)
-    reduced = out if _on_heap(ctx, out) else workspace.buffer(ctx, "reduced", out.shape, out.dtype)
+    reduced = workspace.on_heap(ctx, "reduced", out)
     torch.matmul(A, B, out=partial)
     workspace.collective = ctx.ccl.all_reduce(reduced, partial, async_op=async_op, workspace=workspace.collective)
     _wait_if_async(workspace, async_op, reduced is not out or bias is not None)
@@ -34,8 +34,7 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace):
     """out = (every rank's A_sharded, side by side along K) @ B."""
     world = ctx.num_ranks
     m, k_local = A_sharded.shape
-    shard = A_sharded if _on_heap(ctx, A_sharded) else workspace.buffer(ctx, "shard", A_sharded.shape,
-                                                                         A_sharded.dtype)
+    shard = workspace.on_heap(ctx, "shard", A_sharded)
     _into(shard, A_sharded)
     gathered = workspace.buffer(ctx, "gathered", (world * m, k_local), A_sharded.dtype)
     workspace.collective = ctx.ccl.all_gather(gathered, shard, async_op=False)
@@ -52,7 +51,7 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace):
     torch.matmul(A, B, out=local)
     if bias is not None:
         local += bias
-    gathered = out if _on_heap(ctx, out) else workspace.buffer(ctx, "gathered", out.shape, out.dtype)
+    gathered = workspace.on_heap(ctx, "gathered", out)
     workspace.collective = ctx.ccl.all_gather(gathered, local, async_op=async_op)
     _wait_if_async(workspace, async_op, gathered is not out)
     _into(out, gathered)
@@ -72,10 +71,6 @@ def matmul_reduce_scatter(ctx, out, A, B, bias, async_op, workspace):
     out.copy_(blocks[rank, :m * n_local].view(m, n_local))
     if bias is not None:
         out += bias[rank * n_local:(rank + 1) * n_local]
-
-
-def _on_heap(ctx, tensor: torch.Tensor) -> bool:
-    return ctx.is_symmetric(tensor) and tensor.is_contiguous()
 
 
 def _wait_if_async(workspace, async_op: bool, needed: bool) -> None:
