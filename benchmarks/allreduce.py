@@ -67,8 +67,8 @@ def _config(variant: str) -> Config:
 
 # ------------------------------------------------------------------ timing
 
-def measure(fn, calls: int) -> tuple[float, bool]:
-    """(µs per call, captured): ``calls`` calls captured in one CUDA graph, replayed for about TIMED_MS."""
+def measure(fn, calls: int, timed_ms: float = TIMED_MS) -> tuple[float, bool]:
+    """(µs per call, captured): ``calls`` calls captured in one CUDA graph, replayed for about ``timed_ms``."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm up on a side stream, as torch's graph docs ask
@@ -94,7 +94,7 @@ def measure(fn, calls: int) -> tuple[float, bool]:
     run()
     end.record()
     end.synchronize()
-    repeats = torch.tensor([max(3, min(200, int(TIMED_MS / max(start.elapsed_time(end), 1e-3))))], device="cuda")
+    repeats = torch.tensor([max(3, min(200, int(timed_ms / max(start.elapsed_time(end), 1e-3))))], device="cuda")
     # Every rank must replay as often as the others: each replay is a collective, a rank that replayed
     # more would wait for its peers forever.
     dist.all_reduce(repeats, op=dist.ReduceOp.MAX)

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off, for NCCL too
 
@@ -36,58 +38,127 @@ import torch.distributed as dist  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.allreduce import measure  # noqa: E402
-from benchmarks.results import environment, write_section  # noqa: E402
+from benchmarks.results import RESULTS, environment, write_section  # noqa: E402
+from iris.ops import chunked  # noqa: E402
 
 SHAPES = [(m, n, k) for m in (2048, 8192) for n, k in ((8192, 8192), (28672, 8192), (8192, 28672))]
 SMALL_SHAPES = [(256, 512, 512), (1024, 2048, 1024)]
 OPS = ("matmul_all_reduce", "all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter")
 CALLS = 2  # calls per captured graph
+TIMED_MS = 200.0  # replays per measurement: about this long (the ops take 0.2-6 ms)
 
 
-def operands(op, m, n, k, rank, world, ctx, dtype):
-    """``(ours, gemm, collective, torch_fused)``: callables for one op and shape (torch_fused None: none)."""
+class Case:
+    """One op at one shape: ours and every baseline, as callables, and what the op moves between ranks.
+
+    Attributes
+    ----------
+    ours : callable
+        ``ours(config=None)`` calls ``ctx.ops.<op>`` and returns its workspace.
+    gemm, collective : callable
+        G (``torch.matmul`` alone) and C (the NCCL collective alone).
+    fused : callable or None
+        torch symmetric memory's fused op, where torch has one.
+    pieces : callable
+        ``pieces(chunks)``: the chunked path's GEMMs alone, cut as that path cuts them, without communication.
+    received : int
+        Bytes each rank receives from its peers (the op's communication).
+    """
+
+    def __init__(self, ours, gemm, collective, fused, pieces, received):
+        self.ours, self.gemm, self.collective, self.fused = ours, gemm, collective, fused
+        self.pieces, self.received = pieces, received
+
+
+def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
+    """The op's operands at one shape (rank r's seeded with r) and the callables that time it."""
     dev = ctx.get_device()
     gen = torch.Generator(device=dev).manual_seed(rank)
 
     def randn(*shape):
         return torch.randn(*shape, generator=gen, device=dev, dtype=torch.float32).to(dtype) / shape[-1] ** 0.5
 
-    group = dist.group.WORLD
+    group, size = dist.group.WORLD, torch.tensor([], dtype=dtype).element_size()
     if op == "matmul_all_reduce":
         A, B = randn(m, k // world), randn(k // world, n)
         out, product = ctx.zeros(m, n, dtype=dtype), torch.empty(m, n, dtype=dtype, device=dev)
-        gemm = lambda: torch.matmul(A, B, out=product)  # noqa: E731
-        collective = lambda: dist.all_reduce(product)  # noqa: E731
-        ours = lambda config=None: ctx.ops.matmul_all_reduce(out, A, B, config=config)  # noqa: E731
-        return ours, gemm, collective, None
+        return Case(lambda config=None: ctx.ops.matmul_all_reduce(out, A, B, config=config),
+                    lambda: torch.matmul(A, B, out=product), lambda: dist.all_reduce(product), None,
+                    lambda chunks: reduction_pieces(A, B, product.view(1, m, n), rank, world, chunks, by_rows=True),
+                    2 * (world - 1) * m * n * size // world)
     if op == "all_gather_matmul":
         A_shard, B = randn(m, k // world), randn(k, n)
         gathered = torch.empty(world * m, k // world, dtype=dtype, device=dev)
         out = ctx.zeros(m, n, dtype=dtype)
-        a_full = torch.empty(m, k, dtype=dtype, device=dev)
-        gemm = lambda: torch.matmul(a_full, B, out=out)  # noqa: E731
-        collective = lambda: dist.all_gather_into_tensor(gathered, A_shard)  # noqa: E731
-        ours = lambda config=None: ctx.ops.all_gather_matmul(out, A_shard, B, config=config)  # noqa: E731
-        return ours, gemm, collective, None
+        # G multiplies the gathered A itself: a GEMM's speed depends on its data (an unwritten, zero A draws
+        # less power and ran 10-15% faster than random values on H200s).
+        dist.all_gather_into_tensor(gathered, A_shard)
+        a_full = gathered.view(world, m, k // world).transpose(0, 1).reshape(m, k)
+
+        def pieces(chunks):  # this rank's term, then each peer's added (the shard stands in for the pulled ones)
+            k_local = k // world
+            torch.matmul(A_shard, B[rank * k_local:(rank + 1) * k_local], out=out)
+            for peer in (p for p in range(world) if p != rank):
+                out.addmm_(A_shard, B[peer * k_local:(peer + 1) * k_local])
+
+        return Case(lambda config=None: ctx.ops.all_gather_matmul(out, A_shard, B, config=config),
+                    lambda: torch.matmul(a_full, B, out=out),
+                    lambda: dist.all_gather_into_tensor(gathered, A_shard), None, pieces,
+                    (world - 1) * m * (k // world) * size)
     if op == "matmul_all_gather":
         A, B = randn(m // world, k), randn(k, n)
         local = torch.empty(m // world, n, dtype=dtype, device=dev)
         gathered = torch.empty(m, n, dtype=dtype, device=dev)
         out = ctx.zeros(m, n, dtype=dtype)
-        gemm = lambda: torch.matmul(A, B, out=local)  # noqa: E731
-        collective = lambda: dist.all_gather_into_tensor(gathered, local)  # noqa: E731
-        ours = lambda config=None: ctx.ops.matmul_all_gather(out, A, B, config=config)  # noqa: E731
-        fused = _torch_fused("fused_all_gather_matmul", A, B, group)
-        return ours, gemm, collective, fused
+
+        def pieces(chunks):
+            for piece in chunked.pieces(slice(None), m // world, chunks):
+                torch.matmul(A[piece], B, out=local[piece])
+
+        return Case(lambda config=None: ctx.ops.matmul_all_gather(out, A, B, config=config),
+                    lambda: torch.matmul(A, B, out=local), lambda: dist.all_gather_into_tensor(gathered, local),
+                    _torch_fused("fused_all_gather_matmul", A, B, group), pieces,
+                    (world - 1) * (m // world) * n * size)
     A, B = randn(m, k // world), randn(k // world, n)  # matmul_reduce_scatter
     product = torch.empty(m, n, dtype=dtype, device=dev)
     scattered = torch.empty(m // world, n, dtype=dtype, device=dev)  # NCCL scatters rows: the same work
     out = ctx.zeros(m, n // world, dtype=dtype)
-    gemm = lambda: torch.matmul(A, B, out=product)  # noqa: E731
-    collective = lambda: dist.reduce_scatter_tensor(scattered, product)  # noqa: E731
-    ours = lambda config=None: ctx.ops.matmul_reduce_scatter(out, A, B, config=config)  # noqa: E731
-    fused = _torch_fused("fused_matmul_reduce_scatter", A, B, group)
-    return ours, gemm, collective, fused
+    return Case(lambda config=None: ctx.ops.matmul_reduce_scatter(out, A, B, config=config),
+                lambda: torch.matmul(A, B, out=product), lambda: dist.reduce_scatter_tensor(scattered, product),
+                _torch_fused("fused_matmul_reduce_scatter", A, B, group),
+                lambda chunks: reduction_pieces(A, B, product.view(world, m, n // world), rank, world, chunks,
+                                                by_rows=False),
+                (world - 1) * m * n * size // world)
+
+
+def reduction_pieces(A, B, scratch, rank, world, chunks, by_rows: bool) -> None:
+    """The chunked reductions' GEMMs: every rank's block (row blocks of the product, or column blocks into
+    ``scratch[j]``) in ``chunks`` row pieces, this rank's own added in place (``addmm_``), as the path does."""
+    m, n = A.shape[0], B.shape[1]
+    for j in [(rank + step) % world for step in range(1, world)] + [rank]:
+        if by_rows:
+            rows, columns, into = chunked.pieces(slice(None), m, world)[j], slice(None), scratch[0]
+        else:
+            rows, columns, into = slice(None), slice(j * (n // world), (j + 1) * (n // world)), scratch[j]
+        for piece in chunked.pieces(rows, m, chunks):
+            if j == rank:
+                into[piece].addmm_(A[piece], B[:, columns])
+            else:
+                torch.matmul(A[piece], B[:, columns], out=into[piece])
+
+
+def copy_engine_push(ctx, received: int):
+    """A callable that pushes ``received`` bytes (split over the peers) from a heap buffer into every peer's
+    copy of it, and the buffer: the copy engines' rate bounds the chunked path's communication."""
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    buffer = ctx.zeros(max(received // (world - 1), 1), dtype=torch.uint8)
+    peers = [ctx.as_remote(buffer, peer) for peer in range(world) if peer != rank]
+
+    def push():
+        for peer_buffer in peers:
+            peer_buffer.copy_(buffer)
+
+    return push, buffer
 
 
 def _torch_fused(name, A, B, group):
@@ -119,42 +190,106 @@ def in_sequence(*calls):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--small", action="store_true", help="small shapes, for a quick look")
+    parser.add_argument("--chunks", type=lambda text: [int(c) for c in text.split(",")],
+                        help="instead: time the chunked path with each of these piece counts (e.g. 2,4,8)")
+    parser.add_argument("--plot", metavar="JSON", help="instead: plot a run's rows (written next to RESULTS.md)")
     args = parser.parse_args()
+    if args.plot:
+        plot(json.loads(Path(args.plot).read_text()), Path(args.plot).with_suffix(".png"))
+        return
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
-    ctx = iris.iris("6GiB" if not args.small else "1GiB", backend="cuda")
+    ctx = iris.iris("8GiB" if not args.small else "1GiB", backend="cuda")
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     rows = []
     for m, n, k in SMALL_SHAPES if args.small else SHAPES:
         for op in OPS:
-            ours, gemm, collective, fused = operands(op, m, n, k, rank, world, ctx, torch.bfloat16)
-            workspace = ours()  # the first call allocates (collective): outside any capture
-            path = workspace.path  # (before a sequential measurement below reuses the workspace)
-            torch.cuda.synchronize()
-            ctx.barrier()
-            timings = {"G": measure(gemm, CALLS)[0], "C": measure(collective, CALLS)[0],
-                       "S": measure(in_sequence(gemm, collective), CALLS)[0], "T": measure(ours, CALLS)[0]}
-            timings["torch"] = measure(fused, CALLS)[0] if fused is not None else None
-            sequential = functools.partial(ours, iris.ops.FusedConfig(variant="sequential"))
-            timings["T seq"] = measure(sequential, CALLS)[0] if path != "sequential" else timings["T"]
-            rows.append((op, (m, n, k), timings, path))
-            del ours, gemm, collective, fused, workspace, sequential
+            case = operands(op, m, n, k, rank, world, ctx, torch.bfloat16)
+            measured = sweep(ctx, op, (m, n, k), case, args.chunks) if args.chunks else measure_case(ctx, op, (m, n, k),
+                                                                                                     case)
+            rows.append(measured)
+            del case
             ctx.ops.release_workspaces()  # the next shape's buffers take their heap space
             ctx.barrier()
     if rank == 0:
-        report(rows, world, args.small)
+        name = f"fused_ops ({world} GPUs{', small shapes' if args.small else ''}"
+        if args.chunks:
+            write_section(name + ", pieces of the chunked path)", sweep_table(rows, world, args.chunks))
+        else:
+            rows_file = RESULTS.parent / f"fused_ops_{world}gpu{'_small' if args.small else ''}.json"
+            rows_file.write_text(json.dumps(rows, indent=1))
+            write_section(name + ")", report(rows, world))
+            try:
+                plot(rows, rows_file.with_suffix(".png"))
+            except ImportError:
+                print(f"matplotlib missing here: plot later with --plot {rows_file}", file=sys.stderr)
     ctx.barrier()
     dist.destroy_process_group()
 
 
-def report(rows, world, small) -> None:
+def measure_case(ctx, op, shape, case: Case) -> dict:
+    """Every timing of one op and shape (µs per call, the slowest rank's), the path auto took and whether each
+    timing was CUDA-graph captured."""
+    workspace = case.ours()  # the first call allocates (collective): outside any capture
+    path = workspace.path  # (before a sequential measurement below reuses the workspace)
+    chunks = iris.ops.FusedConfig().chunks
+    torch.cuda.synchronize()
+    ctx.barrier()
+    push, _buffer = copy_engine_push(ctx, case.received)
+    calls = {"G": case.gemm, "C": case.collective, "S": in_sequence(case.gemm, case.collective), "T": case.ours,
+             "torch": case.fused, "pieces": functools.partial(case.pieces, chunks), "push": push,
+             "T seq": functools.partial(case.ours, iris.ops.FusedConfig(variant="sequential")) if path != "sequential"
+             else None}
+    timings, eager = {}, []
+    for key, call in calls.items():
+        if call is None:
+            timings[key] = timings["T"] if key == "T seq" else None
+            continue
+        timings[key], captured = measure(call, CALLS, TIMED_MS)
+        if not captured:
+            eager.append(key)
+    return {"op": op, "shape": shape, "path": path, "timings": timings, "received": case.received, "eager": eager}
+
+
+def sweep(ctx, op, shape, case: Case, counts) -> dict:
+    """The chunked path's time per piece count (µs per call), and the sequential path's."""
+    timings = {}
+    for chunks in ["sequential", *counts]:
+        config = iris.ops.FusedConfig(variant="chunked", chunks=chunks) if chunks != "sequential" else (
+            iris.ops.FusedConfig(variant="sequential"))
+        case.ours(config)  # a new piece count may allocate (collective): outside any capture
+        torch.cuda.synchronize()
+        timings[chunks] = measure(functools.partial(case.ours, config), CALLS, TIMED_MS)[0]
+    return {"op": op, "shape": shape, "timings": timings}
+
+
+def sweep_table(rows, world, counts) -> str:
+    lines = [f"{environment()}; {world} ranks, bf16, CUDA-graph replays, µs per call (the slowest rank's): the chunked "
+             "path cut into each number of pieces, and the sequential path. Written by `benchmarks/fused_ops.py "
+             f"--chunks {','.join(map(str, counts))}`; `iris.ops.AUTO_CHUNKED` and the default piece count follow it.",
+             "", "| op | M, N, K | sequential | " + " | ".join(f"{c} pieces" for c in counts) + " |",
+             "|---|---|---|" + "---|" * len(counts)]
+    for row in rows:
+        t = row["timings"]
+        best = min(counts, key=lambda c: t[c])
+        cells = [f"**{t[c]:.0f}**" if c == best else f"{t[c]:.0f}" for c in counts]
+        lines.append(f"| {row['op']} | {', '.join(map(str, row['shape']))} | {t['sequential']:.0f} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report(rows, world) -> str:
     lines = [f"{environment()}; {world} ranks, bf16, CUDA-graph replays ({CALLS} calls per graph), µs per call, the "
-             "slowest rank's. Bound: max(G, C); goal for M = 8192: T <= bound + 0.3 (S - bound).", "",
+             "slowest rank's. Bound: max(G, C); goal for M = 8192: T <= bound + 0.3 (S - bound). "
+             "GEMM in pieces: the chunked path's GEMMs alone, without communication (their efficiency: G / that). "
+             "Link: GB/s each rank received, by NCCL (bytes / C) and by a plain copy-engine push of the same bytes.",
+             "",
              "| op | M, N, K | G | C | S | torch fused | T (ours) | path | T sequential | T / S | hidden of S - bound "
-             "| goals |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for op, (m, n, k), t, path in rows:
+             "| GEMM in pieces (% of cuBLAS) | link GB/s NCCL, copy engines | goals |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        t, (m, n, k) = row["timings"], row["shape"]
         bound = max(t["G"], t["C"])
         hidden = (t["S"] - t["T"]) / (t["S"] - bound) if t["S"] > bound else float("nan")
         goals = [t["T"] <= 1.03 * t["S"]]
@@ -163,16 +298,48 @@ def report(rows, world, small) -> None:
         if t["torch"] is not None:
             goals.append(t["T"] <= t["torch"])
         fused = f"{t['torch']:.0f}" if t["torch"] is not None else "-"
-        lines.append(f"| {op} | {m}, {n}, {k} | {t['G']:.0f} | {t['C']:.0f} | {t['S']:.0f} | {fused} | "
-                     f"{t['T']:.0f} | {path} | {t['T seq']:.0f} | {t['T'] / t['S']:.2f} | {100 * hidden:.0f}% | "
-                     f"{'met' if all(goals) else 'missed'} |")
-    lines += ["", "Paths: sequential (a matmul, then iris's collective: no overlap); chunked (matmul_all_gather: row "
-                  "chunks pushed by the copy engines while the next chunk computes; all_gather_matmul: the local term "
-                  "computed while the copy engines pull the peers' shards). The fused path (one persistent kernel) is "
-                  "not built yet."]
+        nccl, engines = (row["received"] / t[key] / 1e3 for key in ("C", "push"))  # bytes per µs / 1e3 = GB/s
+        eager = f" (eager: {', '.join(row['eager'])})" if row["eager"] else ""
+        lines.append(f"| {row['op']} | {m}, {n}, {k} | {t['G']:.0f} | {t['C']:.0f} | {t['S']:.0f} | {fused} | "
+                     f"{t['T']:.0f} | {row['path']} | {t['T seq']:.0f} | {t['T'] / t['S']:.2f} | {100 * hidden:.0f}% | "
+                     f"{t['pieces']:.0f} ({100 * t['G'] / t['pieces']:.0f}%) | {nccl:.0f}, {engines:.0f} | "
+                     f"{'met' if all(goals) else 'missed'}{eager} |")
+    lines += ["", "Paths: sequential (a matmul, then iris's collective: no overlap); chunked (the GEMM in cuBLAS "
+                  "pieces, each piece's transfer done by the copy engines on a second stream while the next "
+                  "computes: matmul_all_gather pushes row chunks into every peer's out; all_gather_matmul computes the "
+                  "local term while the peers' shards are pulled; the reductions compute the peers' blocks first and "
+                  "push them, then add their own product onto them as each piece's flag arrives, and "
+                  f"matmul_all_reduce pushes each reduced piece back). Plot: `fused_ops_{world}gpu.png` (rows in "
+                  f"`fused_ops_{world}gpu.json`)."]
     table = "\n".join(lines)
     print(table)
-    write_section(f"fused_ops ({world} GPUs{', small shapes' if small else ''})", table)
+    return table
+
+
+def plot(rows, path: Path) -> None:
+    """T, the bound max(G, C) and torch's fused op, each relative to S, per op and shape."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(OPS), figsize=(5 * len(OPS), 4.5), sharey=True)
+    for axis, op in zip(axes, OPS, strict=True):
+        mine = [row for row in rows if row["op"] == op]
+        labels = [f"{m}\n{n}\n{k}" for m, n, k in (row["shape"] for row in mine)]
+        series = {"T (ours)": [r["timings"]["T"] / r["timings"]["S"] for r in mine],
+                  "bound max(G, C)": [max(r["timings"]["G"], r["timings"]["C"]) / r["timings"]["S"] for r in mine],
+                  "torch fused": [(r["timings"]["torch"] or float("nan")) / r["timings"]["S"] for r in mine]}
+        width = 0.8 / len(series)
+        for index, (label, values) in enumerate(series.items()):
+            axis.bar([x + (index - 1) * width for x in range(len(mine))], values, width, label=label)
+        axis.axhline(1.0, color="black", linewidth=1, label="S: matmul then NCCL")
+        axis.set(title=op, xticks=range(len(mine)), xticklabels=labels, ylim=(0, 1.6))
+        axis.set_xlabel("M, N, K")
+    axes[0].set_ylabel("time / S (lower is better)")
+    axes[0].legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
 
 
 if __name__ == "__main__":

@@ -56,10 +56,12 @@ def every_op(m, k, n, dtypes):
             assert first is second, "a repeated call reuses its workspace"
             _close(out, summed + extra, dtype, f"matmul_all_reduce {dtype} bias={with_bias}")
             paths.add(second.path)
-            out = torch.zeros(m, n, dtype=dtype, device=device)  # not on the heap: reduced into a buffer
-            for _ in range(2):
-                paths.add(ctx.ops.matmul_all_reduce(out, A, B, bias=b_arg, config=CHUNKED).path)
-            _close(out, summed + extra, dtype, f"matmul_all_reduce chunked {dtype} bias={with_bias}")
+            for on_heap in (True, False):  # on the heap, peers push into out itself; else into a heap buffer
+                out = (ctx.zeros if on_heap else torch.zeros)(m, n, dtype=dtype, device=device)
+                for _ in range(2):
+                    paths.add(ctx.ops.matmul_all_reduce(out, A, B, bias=b_arg, config=CHUNKED).path)
+                _close(out, summed + extra, dtype,
+                       f"matmul_all_reduce chunked {dtype} bias={with_bias} out on heap={on_heap}")
 
             for variant, on_heap in (("sequential", False), ("chunked", False), ("chunked", True)):
                 config = CHUNKED if variant == "chunked" else iris.ops.FusedConfig(variant=variant)
@@ -81,12 +83,14 @@ def every_op(m, k, n, dtypes):
 
             if n % world == 0:
                 n_local = n // world
-                out = ctx.zeros(m, n_local, dtype=dtype)
-                for _ in range(2):
-                    ctx.ops.matmul_reduce_scatter(out, A, B, bias=b_arg)
                 columns = slice(rank * n_local, (rank + 1) * n_local)
                 want = summed[:, columns] + (bias.float()[columns] if with_bias else 0.0)
-                _close(out, want, dtype, f"matmul_reduce_scatter {dtype} bias={with_bias}")
+                for config, on_heap in ((None, True), (CHUNKED, True), (CHUNKED, False)):
+                    out = (ctx.zeros if on_heap else torch.zeros)(m, n_local, dtype=dtype, device=device)
+                    for _ in range(2):
+                        paths.add(ctx.ops.matmul_reduce_scatter(out, A, B, bias=b_arg, config=config).path)
+                    _close(out, want, dtype,
+                           f"matmul_reduce_scatter {config} {dtype} bias={with_bias} out on heap={on_heap}")
         assert torch.equal(A, A_copy) and torch.equal(B, B_copy), "inputs intact"
     ctx.barrier()
     return {"rank": rank, "paths": sorted(paths)}
@@ -109,8 +113,6 @@ def errors():
         "gathered_k": lambda: ctx.ops.all_gather_matmul(torch.zeros(4, 2), A, torch.randn(6, 2)),
         "bias_shape": lambda: ctx.ops.matmul_all_reduce(torch.zeros(4, 2 * world), A, B, bias=torch.zeros(3)),
         "fused_variant": lambda: iris.ops.FusedConfig(variant="fused"),
-        "no_chunked_path": lambda: ctx.ops.matmul_reduce_scatter(torch.zeros(4, 2), A, B,
-                                                                 config=iris.ops.FusedConfig(variant="chunked")),
     }
     for name, call in cases.items():
         try:

@@ -1,6 +1,6 @@
 """GEMM + communication ops (iris.ops, ctx.ops) on the CPU backend, 2 and 3 real ranks, against torch references:
 every op with odd shapes, bias, fp32 and bf16, inputs intact, workspaces reused, the path it took; and what a
-user is told for what the ops do not take. Both paths built so far run here (the chunked one without streams).
+user is told for what the ops do not take. Both paths run here (the chunked one without streams).
 """
 
 from __future__ import annotations
@@ -50,4 +50,3 @@ def test_errors_say_what_and_what_to_do():
     assert "K = world x the shard's columns" in messages["gathered_k"]
     assert "bias must be [4]" in messages["bias_shape"]
     assert messages["fused_variant"].startswith("NotImplementedError: FusedConfig variant 'fused'")
-    assert "matmul_reduce_scatter has no chunked path yet" in messages["no_chunked_path"]

@@ -18,12 +18,12 @@ allocate nothing and, after the first, can be captured in a CUDA graph.
 **Paths** (``workspace.path`` says which ran; :func:`choose_path` picks):
 
 * ``"sequential"``: ``torch.matmul`` into a heap buffer, then :mod:`iris.ccl`'s collective; every op, every backend;
-* ``"chunked"`` (:mod:`iris.ops.chunked`): the GEMM in pieces, each piece's communication on a second stream
-  while the next computes (copy engines for the gathers, iris's all-reduce per row chunk); every op but
-  matmul_reduce_scatter, so far.
+* ``"chunked"`` (:mod:`iris.ops.chunked`): the GEMM in pieces (cuBLAS), each piece sent by the copy engines
+  on a second stream while the next computes, and consumed by its owner as it lands; every op.
 
-The fused path (one persistent kernel whose tiles are pushed or consumed as they are produced) is not built
-yet; ``benchmarks/fused_ops.py`` says where each op stands against a matmul followed by NCCL.
+The fused path (one persistent Triton kernel whose tiles are pushed or consumed as they are produced) is not
+built: cuBLAS pieces with copy-engine transfers keep the GEMM at cuBLAS speed and give the communication no
+SM; ``benchmarks/fused_ops.py`` says where each op stands against a matmul followed by NCCL.
 
 Examples
 --------
@@ -44,17 +44,18 @@ __all__ = ["FusedConfig", "Workspace", "all_gather_matmul", "choose_path", "matm
            "matmul_reduce_scatter"]
 
 CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather, "all_gather_matmul": chunked.all_gather_matmul,
-           "matmul_all_reduce": chunked.matmul_all_reduce}  # the ops that have a chunked path
+           "matmul_all_reduce": chunked.matmul_all_reduce, "matmul_reduce_scatter": chunked.matmul_reduce_scatter}
 # Where auto takes the chunked path, per op (measured on 2xH200, bf16: benchmarks/RESULTS.md "fused_ops"), from
 # the rows per rank and K:
 # * matmul_all_gather: from 1024 rows when K <= 16384, else from 4096 rows (a deep K makes the product cheap to
 #   send next to its GEMM, and chunks of a few hundred rows lose GEMM efficiency);
 # * all_gather_matmul: always (pulling the shards under the local term beat gathering first at every shape);
-# * matmul_all_reduce: never (the all-reduce kernels take SMs from the next chunk's GEMM: slower than
-#   sequential at 5 of 6 shapes); variant="chunked" still runs it.
+# * matmul_reduce_scatter, matmul_all_reduce: from 1024 rows.
 AUTO_CHUNKED = {
     "matmul_all_gather": lambda rows, depth: rows >= 1024 and (depth <= 16384 or rows >= 4096),
     "all_gather_matmul": lambda rows, depth: True,
+    "matmul_reduce_scatter": lambda rows, depth: rows >= 1024,
+    "matmul_all_reduce": lambda rows, depth: rows >= 1024,
 }
 
 
@@ -148,9 +149,6 @@ def choose_path(ctx, op: str, rows: int, depth: int, config: FusedConfig) -> str
     >>> choose_path(ctx, "matmul_all_reduce", 4096, 8192, FusedConfig())    # doctest: +SKIP
     'sequential'
     """
-    if config.variant == "chunked" and op not in CHUNKED:
-        raise NotImplementedError(f"rank {ctx.cur_rank}: {op} has no chunked path yet (only "
-                                  f"{', '.join(CHUNKED)}): use variant='auto' or 'sequential'")
     if config.variant != "auto":
         return config.variant
     gpu = ctx.backend == "cuda" and ctx.num_ranks > 1

@@ -1,17 +1,19 @@
 """The chunked path: the GEMM in pieces on the compute stream, the communication of each piece on a second
-stream while the next piece computes.
+stream while the next piece computes. Every copy between ranks is a peer-to-peer memcpy over NVLink
+(``ctx.as_remote(t, peer)[rows].copy_(t[rows])``), done by the copy engines: it takes no SM from the GEMM.
 
-* :func:`matmul_all_gather`: row chunks, each finished chunk pushed into every peer's ``out`` (on the heap) by
-  the copy engines: ``ctx.as_remote(out, peer)[rows].copy_(out[rows])`` is a peer-to-peer memcpy over NVLink,
-  which takes no SM from the GEMM;
+* :func:`matmul_all_gather`: row chunks, each finished chunk pushed into every peer's ``out`` (on the heap);
 * :func:`all_gather_matmul`: the K pieces: this rank's shard times its rows of B first, while the copy engines
   pull every peer's shard; then each peer's term is added as its shard arrives;
-* :func:`matmul_all_reduce`: row chunks, each all-reduced by :mod:`iris.ccl` on the second stream while the next
-  chunk computes (the collective's kernel shares the SMs with the GEMM).
+* :func:`matmul_reduce_scatter` and :func:`matmul_all_reduce`: each rank computes its peers' blocks of its
+  product first, in pieces pushed to their owners as they finish, then its own block, adding its product in
+  place (``addmm_``) onto the peers' pieces, each waited for by its flag (:mod:`iris.ops.signals`) just
+  before it is needed; the all-reduce then pushes each reduced piece to every peer.
 
-A device barrier opens a call (every peer is ready: staged, done with the last call's buffers) and one closes
-it on the second stream; the compute stream then waits for that stream. Fork and join go through
-``wait_stream`` and events, so a whole call can be captured in a CUDA graph.
+A device barrier opens a call (every peer is ready: staged, done with the last call's buffers); the gathers
+close with one on the second stream, the reductions with their pieces' flags. The compute stream then waits
+for the second stream. Fork and join go through ``wait_stream`` and events, so a whole call can be captured
+in a CUDA graph.
 
 On the CPU backend there are no streams: the same steps run in order, which is what the tests check.
 
@@ -26,6 +28,8 @@ from __future__ import annotations
 import contextlib
 
 import torch
+
+from .signals import PieceSignals
 
 
 def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int):
@@ -45,10 +49,9 @@ def _push_in_chunks(ctx, out, A, B, bias, workspace, chunks: int):
     ctx.device_barrier()  # every peer is done with its out from before
     with _on(copy):
         _wait(copy, compute)
-    step = -(-m_local // chunks)
-    for start in range(0, m_local, step):
-        rows = slice(rank * m_local + start, rank * m_local + min(start + step, m_local))
-        torch.matmul(A[start:start + step], B, out=out[rows])
+    for piece in pieces(slice(None), m_local, chunks):
+        rows = slice(rank * m_local + piece.start, rank * m_local + piece.stop)
+        torch.matmul(A[piece], B, out=out[rows])
         if bias is not None:
             out[rows] += bias
         with _on(copy):
@@ -88,24 +91,97 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
 
 
 def matmul_all_reduce(ctx, out, A, B, bias, async_op, workspace, chunks: int):
-    """``out = sum over ranks of A @ B``, each row chunk all-reduced while the next one computes."""
-    partial = workspace.buffer(ctx, "partial", out.shape, out.dtype)
-    reduced = workspace.on_heap(ctx, "reduced", out)
+    """``out = sum over ranks of A @ B``: a reduce-scatter of row blocks, then an all-gather, both piece by piece.
+
+    Rank j owns row block j. Each rank first computes its peers' row blocks of its product, in ``chunks``
+    pieces, each pushed into the owner's ``out`` while the next computes; then its own block, piece by piece:
+    once the peers' piece has landed, ``addmm_`` adds its own product in place (cuBLAS's beta = 1: no separate
+    add), and the reduced piece is pushed into every peer's ``out``.
+    """
+    target = workspace.on_heap(ctx, "reduced", out)
+    blocks = [(rows, slice(None)) for rows in pieces(slice(None), A.shape[0], ctx.num_ranks)]
+    _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks, blocks, send_per_peer=False, gather=True)
+    if target is not out:
+        out.copy_(target)
+
+
+def matmul_reduce_scatter(ctx, out, A, B, bias, async_op, workspace, chunks: int):
+    """``out`` = this rank's column block of the sum over ranks of A @ B: each peer's column block first, in
+    ``chunks`` row pieces pushed to it while the next computes; then this rank's own, piece by piece, its
+    product added in place (``addmm_``) onto the peers' pieces as they land."""
+    target = workspace.on_heap(ctx, "reduced", out)
+    world, n_local = ctx.num_ranks, out.shape[1]
+    blocks = [(slice(None), slice(j * n_local, (j + 1) * n_local)) for j in range(world)]
+    own_bias = bias[ctx.cur_rank * n_local:(ctx.cur_rank + 1) * n_local] if bias is not None else None
+    _reduce_in_pieces(ctx, target, A, B, own_bias, workspace, chunks, blocks, send_per_peer=True, gather=False)
+    if target is not out:
+        out.copy_(target)
+
+
+def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, blocks, send_per_peer: bool,
+                      gather: bool):
+    """Reduce rank j's block ``A[rows_j] @ B[:, columns_j]`` of every rank's product into rank j's ``target[rows_j]``
+    (``blocks[j] = (rows_j, columns_j)``; the rows of A are the rows of target); with ``gather``, then copy
+    every rank's reduced block into every rank's target.
+
+    Rank r pushes its piece of j's block into j's ``target`` itself when r is j's next rank (so on 2 ranks
+    nothing is staged), else into j's ``received[r]``, which j adds. Each piece lands with a signal
+    (:class:`~iris.ops.signals.PieceSignals`: slot c for reduction piece c, ``chunks + c`` for gathered piece
+    c) that the owner waits for just before it needs the piece.
+    """
+    rank, world = ctx.cur_rank, ctx.num_ranks
+    send = workspace.buffer(ctx, "send", (world if send_per_peer else 1, *target.shape), target.dtype)
+    received = workspace.buffer(ctx, "received", (world, *target.shape), target.dtype) if world > 2 else None
+    signals = _signals(ctx, workspace, 2 * chunks if gather else chunks)
     compute, copy = _streams(ctx, workspace)
-    _wait(copy, compute)
-    m = A.shape[0]
-    step = -(-m // chunks)
-    for start in range(0, m, step):
-        rows = slice(start, min(start + step, m))
-        torch.matmul(A[rows], B, out=partial[rows])
-        _wait(copy, compute)  # this chunk is computed
-        with _on(copy):
-            ctx.ccl.all_reduce(reduced[rows], partial[rows])
-    _wait(compute, copy)
-    if bias is not None:
-        reduced += bias
-    if reduced is not out:
-        out.copy_(reduced)
+    ctx.device_barrier()  # every peer has consumed the last call's pieces (and its user has read target)
+    signals.begin()
+    for step in range(1, world):
+        peer = (rank + step) % world
+        rows, columns = blocks[peer]
+        into = ctx.as_remote(target if rank == (peer + 1) % world else received[rank], peer)
+        sent = send[peer if send_per_peer else 0]
+        for slot, piece in enumerate(pieces(rows, target.shape[0], chunks)):
+            torch.matmul(A[piece], B[:, columns], out=sent[piece])
+            with _on(copy):
+                _wait(copy, compute)  # this piece is computed
+                into[piece].copy_(sent[piece])
+                signals.signal(slot, peer)
+    rows, columns = blocks[rank]
+    peers = [peer for peer in range(world) if peer != rank]
+    for slot, piece in enumerate(pieces(rows, target.shape[0], chunks)):
+        signals.wait(slot)  # every peer's piece has landed
+        target[piece].addmm_(A[piece], B[:, columns])
+        for source in peers:
+            if source != (rank + 1) % world:
+                target[piece] += received[source][piece]
+        if bias is not None:
+            target[piece] += bias
+        if gather:
+            with _on(copy):
+                _wait(copy, compute)  # this piece is reduced
+                for peer in peers:
+                    ctx.as_remote(target, peer)[piece].copy_(target[piece])
+                    signals.signal(chunks + slot, peer)
+    if gather:
+        signals.wait(chunks, chunks)  # every peer's reduced block has landed here
+    _wait(compute, copy)  # later work (the next call's sends) is ordered after the copies
+
+
+def pieces(rows: slice, length: int, chunks: int) -> list[slice]:
+    """``rows`` (of a dimension of ``length``) cut into ``chunks`` slices, the last ones short or empty, so that
+    every rank makes the same number of pieces whatever its block's size."""
+    start, stop, _ = rows.indices(length)
+    size = -(-(stop - start) // chunks)
+    return [slice(min(start + c * size, stop), min(start + (c + 1) * size, stop)) for c in range(chunks)]
+
+
+def _signals(ctx, workspace, slots: int) -> PieceSignals:
+    """The workspace's per-piece flags, with at least ``slots`` slots (allocated on first use, or when a call
+    needs more: collective, as every rank makes the same calls)."""
+    if workspace.signals is None or workspace.signals.slots < slots:
+        workspace.signals = PieceSignals(ctx, workspace.key, slots)
+    return workspace.signals
 
 
 def _streams(ctx, workspace):
@@ -113,7 +189,8 @@ def _streams(ctx, workspace):
     if ctx.backend != "cuda":
         return None, None
     if workspace.copy_stream is None:
-        workspace.copy_stream = torch.cuda.Stream(device=ctx.get_device())
+        # High priority: its signal kernels take the first free SM at the GEMM's next kernel boundary.
+        workspace.copy_stream = torch.cuda.Stream(device=ctx.get_device(), priority=-1)
     return torch.cuda.current_stream(), workspace.copy_stream
 
 

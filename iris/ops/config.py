@@ -31,11 +31,12 @@ class FusedConfig:
     comm_sms : int
         Programs given to communication in the fused path.
     chunks : int
-        Row chunks of the chunked path.
+        Pieces of the chunked path: row chunks of the product (the gathers), of each rank's block (the
+        reductions).
     variant : {"auto", "sequential", "chunked"}
         The path: ``"sequential"`` runs ``torch.matmul`` into a heap buffer, then iris's collective
         (:mod:`iris.ccl`); ``"chunked"`` runs each piece's communication on a second stream while the next
-        piece computes (:mod:`iris.ops.chunked`; every op but matmul_reduce_scatter, so far);
+        piece computes (:mod:`iris.ops.chunked`);
         ``"auto"`` picks per op and shape (:func:`iris.ops.choose_path`).
     """
 
@@ -82,6 +83,7 @@ class Workspace:
     buffers: dict = field(default_factory=dict)
     collective: object = None
     copy_stream: object = None  # the chunked path's second stream (GPU)
+    signals: object = None  # the chunked reductions' per-piece flags (iris.ops.signals.PieceSignals)
 
     def wait(self) -> None:
         """After a call with ``async_op=True``: wait (in stream order) until its collective has finished."""
