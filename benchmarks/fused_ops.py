@@ -95,11 +95,13 @@ def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
         dist.all_gather_into_tensor(gathered, A_shard)
         a_full = gathered.view(world, m, k // world).transpose(0, 1).reshape(m, k)
 
-        def pieces(chunks):  # this rank's term, then each peer's added (the shard stands in for the pulled ones)
-            k_local = k // world
-            torch.matmul(A_shard, B[rank * k_local:(rank + 1) * k_local], out=out)
+        def pieces(chunks):  # the first piece as per-shard terms (this rank's shard stands in for the pulled
+            k_local = k // world  # ones), the rest as one GEMM on the gathered A
+            first, rest = chunked.first_piece(m, chunks)
+            torch.matmul(A_shard[first], B[rank * k_local:(rank + 1) * k_local], out=out[first])
             for peer in (p for p in range(world) if p != rank):
-                out.addmm_(A_shard, B[peer * k_local:(peer + 1) * k_local])
+                out[first].addmm_(A_shard[first], B[peer * k_local:(peer + 1) * k_local])
+            torch.matmul(a_full[rest], B, out=out[rest])
 
         return Case(lambda config=None: ctx.ops.all_gather_matmul(out, A_shard, B, config=config),
                     lambda: torch.matmul(a_full, B, out=out),
@@ -232,13 +234,12 @@ def measure_case(ctx, op, shape, case: Case) -> dict:
     """Every timing of one op and shape (µs per call, the slowest rank's), the path auto took and whether each
     timing was CUDA-graph captured."""
     workspace = case.ours()  # the first call allocates (collective): outside any capture
-    path = workspace.path  # (before a sequential measurement below reuses the workspace)
-    chunks = iris.ops.FusedConfig().chunks
+    path, chunks = workspace.path, workspace.pieces  # (before a sequential measurement reuses the workspace)
     torch.cuda.synchronize()
     ctx.barrier()
     push, _buffer = copy_engine_push(ctx, case.received)
     calls = {"G": case.gemm, "C": case.collective, "S": in_sequence(case.gemm, case.collective), "T": case.ours,
-             "torch": case.fused, "pieces": functools.partial(case.pieces, chunks), "push": push,
+             "torch": case.fused, "GEMM pieces": functools.partial(case.pieces, chunks), "push": push,
              "T seq": functools.partial(case.ours, iris.ops.FusedConfig(variant="sequential")) if path != "sequential"
              else None}
     timings, eager = {}, []
@@ -249,7 +250,8 @@ def measure_case(ctx, op, shape, case: Case) -> dict:
         timings[key], captured = measure(call, CALLS, TIMED_MS)
         if not captured:
             eager.append(key)
-    return {"op": op, "shape": shape, "path": path, "timings": timings, "received": case.received, "eager": eager}
+    return {"op": op, "shape": shape, "path": path, "pieces": chunks, "timings": timings, "received": case.received,
+            "eager": eager}
 
 
 def sweep(ctx, op, shape, case: Case, counts) -> dict:
@@ -267,7 +269,7 @@ def sweep(ctx, op, shape, case: Case, counts) -> dict:
 def sweep_table(rows, world, counts) -> str:
     lines = [f"{environment()}; {world} ranks, bf16, CUDA-graph replays, µs per call (the slowest rank's): the chunked "
              "path cut into each number of pieces, and the sequential path. Written by `benchmarks/fused_ops.py "
-             f"--chunks {','.join(map(str, counts))}`; `iris.ops.AUTO_CHUNKED` and the default piece count follow it.",
+             f"--chunks {','.join(map(str, counts))}`; `iris.ops.choose_path`'s piece rule follows it.",
              "", "| op | M, N, K | sequential | " + " | ".join(f"{c} pieces" for c in counts) + " |",
              "|---|---|---|" + "---|" * len(counts)]
     for row in rows:
@@ -300,9 +302,11 @@ def report(rows, world) -> str:
         fused = f"{t['torch']:.0f}" if t["torch"] is not None else "-"
         nccl, engines = (row["received"] / t[key] / 1e3 for key in ("C", "push"))  # bytes per µs / 1e3 = GB/s
         eager = f" (eager: {', '.join(row['eager'])})" if row["eager"] else ""
+        pieces = f", {row['pieces']} pieces" if row["path"] == "chunked" else ""
         lines.append(f"| {row['op']} | {m}, {n}, {k} | {t['G']:.0f} | {t['C']:.0f} | {t['S']:.0f} | {fused} | "
-                     f"{t['T']:.0f} | {row['path']} | {t['T seq']:.0f} | {t['T'] / t['S']:.2f} | {100 * hidden:.0f}% | "
-                     f"{t['pieces']:.0f} ({100 * t['G'] / t['pieces']:.0f}%) | {nccl:.0f}, {engines:.0f} | "
+                     f"{t['T']:.0f} | {row['path']}{pieces} | {t['T seq']:.0f} | {t['T'] / t['S']:.2f} | "
+                     f"{100 * hidden:.0f}% | {t['GEMM pieces']:.0f} ({100 * t['G'] / t['GEMM pieces']:.0f}%) | "
+                     f"{nccl:.0f}, {engines:.0f} | "
                      f"{'met' if all(goals) else 'missed'}{eager} |")
     lines += ["", "Paths: sequential (a matmul, then iris's collective: no overlap); chunked (the GEMM in cuBLAS "
                   "pieces, each piece's transfer done by the copy engines on a second stream while the next "

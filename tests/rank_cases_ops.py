@@ -113,6 +113,7 @@ def errors():
         "gathered_k": lambda: ctx.ops.all_gather_matmul(torch.zeros(4, 2), A, torch.randn(6, 2)),
         "bias_shape": lambda: ctx.ops.matmul_all_reduce(torch.zeros(4, 2 * world), A, B, bias=torch.zeros(3)),
         "fused_variant": lambda: iris.ops.FusedConfig(variant="fused"),
+        "zero_pieces": lambda: iris.ops.FusedConfig(chunks=0),
     }
     for name, call in cases.items():
         try:
@@ -123,3 +124,16 @@ def errors():
             messages[name] = None
     ctx.barrier()
     return {"rank": rank, "messages": messages}
+
+
+def shape_rule():
+    """The path and pieces :func:`iris.ops.choose_path` gives per op and shape (auto is sequential on the CPU)."""
+    ctx = iris.iris("16MiB", backend=BACKEND)
+    auto, chunked = iris.ops.FusedConfig(), iris.ops.FusedConfig(variant="chunked")
+    rule = {f"{op} {shape}": (iris.ops.choose_path(ctx, op, shape, auto), iris.ops.choose_path(ctx, op, shape, chunked))
+            for op in ("matmul_all_reduce", "matmul_reduce_scatter", "matmul_all_gather", "all_gather_matmul")
+            for shape in ((2048, 8192), (8192, 4096), (300, 64))}
+    rule["given"] = iris.ops.choose_path(ctx, "matmul_all_reduce", (300, 64), iris.ops.FusedConfig(chunks=3))
+    ctx.barrier()
+    return {"rank": ctx.cur_rank, "rule": rule}
+

@@ -138,6 +138,10 @@ class ShmHeapMemory:
     def synchronize(self) -> None:
         """Nothing to wait for: the interpreter runs kernels synchronously."""
 
+    def copy_2d(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """``dst.copy_(src)`` (on a GPU, the copy engines' 2-D copy; here, torch's)."""
+        dst.copy_(src)
+
 
 def open_rank_files(size: int, group, role: str) -> list[int]:
     """Every rank's file of ``role``, ``size`` bytes (sparse), open read-write; collective.

@@ -106,6 +106,19 @@ class CudaHeapMemory:
         """Wait for this rank's device."""
         torch.cuda.synchronize(self.device)
 
+    def copy_2d(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """``dst.copy_(src)`` for 2-D blocks whose rows lie apart (unit column stride), by the copy engines, on
+        the current stream: one ``cudaMemcpy2DAsync`` (torch launches a copy kernel, on SMs, for a strided
+        block). Either side may be a peer's heap."""
+        if src.shape[0] == 0:
+            return
+        size = src.element_size()
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        rt = _runtime()
+        _check(rt.cudaMemcpy2DAsync(dst.data_ptr(), dst.stride(0) * size, src.data_ptr(), src.stride(0) * size,
+                                    src.shape[1] * size, src.shape[0], rt.cudaMemcpyKind.cudaMemcpyDefault, stream),
+               "cudaMemcpy2DAsync", self.rank)
+
     def __del__(self):
         try:
             rt = _runtime()

@@ -256,6 +256,17 @@ class SymmetricHeap:
         raw, _ = self.memory.view(rank, allocation.info.offset, allocation.reserved)
         return raw.view(tensor.dtype).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
+    def copy_2d(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """``dst.copy_(src)`` for 2-D blocks of one dtype with unit column stride (e.g. a column block of a
+        matrix), in stream order; on GPUs by the copy engines, taking no SM. Either may be a peer's view
+        (:meth:`as_remote`) or any tensor on this rank's device."""
+        if dst.shape != src.shape or dst.dim() != 2 or dst.dtype != src.dtype or 1 not in (
+                dst.stride(1), dst.shape[1]) or 1 not in (src.stride(1), src.shape[1]):
+            raise ValueError(f"rank {self.rank}: copy_2d takes two 2-D blocks of one shape and dtype with unit "
+                             f"column stride, got {list(dst.shape)} {dst.dtype} strides {dst.stride()} and "
+                             f"{list(src.shape)} {src.dtype} strides {src.stride()}")
+        self.memory.copy_2d(dst, src)
+
     # -- inspection -------------------------------------------------------------------------------
     def locate(self, address: int) -> HeapLocation | None:
         """The rank, offset, allocation and element of ``address`` in any rank's heap as mapped here; None

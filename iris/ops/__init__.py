@@ -45,18 +45,10 @@ __all__ = ["FusedConfig", "Workspace", "all_gather_matmul", "choose_path", "matm
 
 CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather, "all_gather_matmul": chunked.all_gather_matmul,
            "matmul_all_reduce": chunked.matmul_all_reduce, "matmul_reduce_scatter": chunked.matmul_reduce_scatter}
-# Where auto takes the chunked path, per op (measured on 2xH200, bf16: benchmarks/RESULTS.md "fused_ops"), from
-# the rows per rank and K:
-# * matmul_all_gather: from 1024 rows when K <= 16384, else from 4096 rows (a deep K makes the product cheap to
-#   send next to its GEMM, and chunks of a few hundred rows lose GEMM efficiency);
-# * all_gather_matmul: always (pulling the shards under the local term beat gathering first at every shape);
-# * matmul_reduce_scatter, matmul_all_reduce: from 1024 rows.
-AUTO_CHUNKED = {
-    "matmul_all_gather": lambda rows, depth: rows >= 1024 and (depth <= 16384 or rows >= 4096),
-    "all_gather_matmul": lambda rows, depth: True,
-    "matmul_reduce_scatter": lambda rows, depth: rows >= 1024,
-    "matmul_all_reduce": lambda rows, depth: rows >= 1024,
-}
+# The chunked path's pieces, from a sweep of 2, 4 and 8 pieces on 2xH200, bf16 (benchmarks/RESULTS.md "fused_ops
+# (2 GPUs, pieces of the chunked path)"): pieces under about 512 rows or 4M elements of output (two waves of
+# 128 x 128 tiles on 132 SMs) lost more GEMM efficiency than they gained overlap; beyond 4 pieces, nothing gained.
+PIECE_ROWS, PIECE_ELEMENTS, MAX_PIECES = 512, 4 << 20, 4
 
 
 def matmul_all_reduce(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
@@ -139,20 +131,31 @@ def matmul_reduce_scatter(ctx, out, A, B, bias=None, async_op=False, config=None
 
 
 # -- checks and dispatch --------------------------------------------------------------------------------------
-def choose_path(ctx, op: str, rows: int, depth: int, config: FusedConfig) -> str:
-    """The path an op takes: ``config.variant`` when it names one, else (``"auto"``) ``"chunked"`` on GPUs where
-    it measured faster for this op, ``rows`` (per rank) and ``depth`` (K) (:data:`AUTO_CHUNKED`), else
-    ``"sequential"``.
+def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int]:
+    """``(path, pieces)`` of a call: ``config.variant`` and ``config.chunks`` where they say, else by the shape.
+
+    The chunked path cuts the rows that each rank computes for one destination (its row block for
+    matmul_all_reduce, the whole product for matmul_reduce_scatter's column blocks and all_gather_matmul,
+    its own rows for matmul_all_gather) into pieces of at least :data:`PIECE_ROWS` rows and
+    :data:`PIECE_ELEMENTS` elements, at most :data:`MAX_PIECES`. ``"auto"`` takes it on GPUs when there are
+    at least 2 pieces (something to overlap), else the sequential path.
 
     Examples
     --------
-    >>> choose_path(ctx, "matmul_all_reduce", 4096, 8192, FusedConfig())    # doctest: +SKIP
-    'sequential'
+    >>> choose_path(ctx, "matmul_all_reduce", (8192, 8192), FusedConfig())     # on 2 GPUs   # doctest: +SKIP
+    ('chunked', 4)
     """
+    world = ctx.num_ranks
+    rows, columns = out_shape
+    if op == "matmul_all_reduce":
+        rows = -(-rows // world)
+    elif op == "matmul_all_gather":
+        rows //= world
+    pieces = config.chunks or max(1, min(MAX_PIECES, rows // PIECE_ROWS, rows * columns // PIECE_ELEMENTS))
     if config.variant != "auto":
-        return config.variant
-    gpu = ctx.backend == "cuda" and ctx.num_ranks > 1
-    return "chunked" if gpu and op in AUTO_CHUNKED and AUTO_CHUNKED[op](rows, depth) else "sequential"
+        return config.variant, pieces
+    gpu = ctx.backend == "cuda" and world > 1
+    return ("chunked" if gpu and pieces >= 2 else "sequential"), pieces
 
 
 def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) -> Workspace:
@@ -164,9 +167,9 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) 
     if workspace.key != key:
         raise ValueError(f"rank {ctx.cur_rank}: {op}: this workspace was made for {workspace.key}, not {key}: "
                          "pass the workspace of a call with the same shapes, or none")
-    workspace.path = choose_path(ctx, op, A.shape[0], B.shape[0], config)
+    workspace.path, workspace.pieces = choose_path(ctx, op, tuple(out.shape), config)
     if workspace.path == "chunked":
-        CHUNKED[op](ctx, out, A, B, bias, async_op, workspace, config.chunks)
+        CHUNKED[op](ctx, out, A, B, bias, async_op, workspace, workspace.pieces)
     else:
         implementation(ctx, out, A, B, bias, async_op, workspace)
     return workspace

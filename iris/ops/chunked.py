@@ -3,8 +3,9 @@ stream while the next piece computes. Every copy between ranks is a peer-to-peer
 (``ctx.as_remote(t, peer)[rows].copy_(t[rows])``), done by the copy engines: it takes no SM from the GEMM.
 
 * :func:`matmul_all_gather`: row chunks, each finished chunk pushed into every peer's ``out`` (on the heap);
-* :func:`all_gather_matmul`: the K pieces: this rank's shard times its rows of B first, while the copy engines
-  pull every peer's shard; then each peer's term is added as its shard arrives;
+* :func:`all_gather_matmul`: a first row piece as a sum of per-shard terms, this rank's first, while the copy
+  engines pull the peers' rows of it and gather the rest of A (2-D copies into each shard's columns); then
+  the rest as one full-depth GEMM;
 * :func:`matmul_reduce_scatter` and :func:`matmul_all_reduce`: each rank computes its peers' blocks of its
   product first, in pieces pushed to their owners as they finish, then its own block, adding its product in
   place (``addmm_``) onto the peers' pieces, each waited for by its flag (:mod:`iris.ops.signals`) just
@@ -64,29 +65,41 @@ def _push_in_chunks(ctx, out, A, B, bias, workspace, chunks: int):
 
 
 def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks: int):
-    """``out = [every rank's A_sharded along K] @ B``, this rank's term first while the peers' shards arrive."""
+    """``out = [every rank's A_sharded along K] @ B``: a first row piece (1 / ``chunks`` of M) as a sum of per-shard
+    terms, this rank's first, while the copy engines stage the shard, open the call and pull the peers' rows
+    of that piece; then the other rows as one full-depth GEMM on A gathered meanwhile by the copy engines
+    (each shard's rows copied into its columns: 2-D copies). Only the first piece pays for splitting K (shorter
+    GEMMs and an accumulation): splitting all of it cost up to 10% of the GEMM (benchmarks/RESULTS.md)."""
     rank, world = ctx.cur_rank, ctx.num_ranks
     m, k_local = A_sharded.shape
-    shard = workspace.buffer(ctx, "shard", (m, k_local), A_sharded.dtype)  # staged on the heap: peers pull it
-    shard.copy_(A_sharded)
-    pulled = workspace.buffer(ctx, "pulled", (world, m, k_local), A_sharded.dtype)
-    compute, copy = _streams(ctx, workspace)
-    ctx.device_barrier()  # every rank's shard is staged
-    _wait(copy, compute)
+    first, rest = first_piece(m, chunks)
+    shard = workspace.on_heap(ctx, "shard", A_sharded)  # staged on the heap: peers pull it
+    pulled = workspace.buffer(ctx, "pulled", (world, first.stop, k_local), A_sharded.dtype)
+    gathered = workspace.buffer(ctx, "A", (m, world * k_local), A_sharded.dtype)  # A itself, gathered
     peers = [(rank + step) % world for step in range(1, world)]  # each rank starts with another peer
-    arrived = {}
+    columns = [slice(source * k_local, (source + 1) * k_local) for source in range(world)]
+    compute, copy = _streams(ctx, workspace)
     with _on(copy):
+        _wait(copy, compute)  # the inputs are ready
+        if shard is not A_sharded:
+            shard.copy_(A_sharded)
+        ctx.device_barrier()  # every rank's shard is staged
         for peer in peers:
-            pulled[peer].copy_(ctx.as_remote(shard, peer))
-            arrived[peer] = _record(copy)
-    torch.matmul(shard, B[rank * k_local:(rank + 1) * k_local], out=out)
+            pulled[peer].copy_(ctx.as_remote(shard, peer)[first])
+        first_arrived = _record(copy)
+        for source in range(world):
+            ctx.heap.copy_2d(gathered[rest, columns[source]],
+                             (A_sharded if source == rank else ctx.as_remote(shard, source))[rest])
+        gathered_arrived = _record(copy)
+        ctx.device_barrier()  # every rank has pulled every shard: the next call may stage new ones
+    torch.matmul(A_sharded[first], B[columns[rank]], out=out[first])
+    _wait_event(compute, first_arrived)
     for peer in peers:
-        _wait_event(compute, arrived[peer])
-        out.addmm_(pulled[peer], B[peer * k_local:(peer + 1) * k_local])
+        out[first].addmm_(pulled[peer], B[columns[peer]])
+    _wait_event(compute, gathered_arrived)
+    torch.matmul(gathered[rest], B, out=out[rest])
     if bias is not None:
         out += bias
-    with _on(copy):
-        ctx.device_barrier()  # every rank has pulled every shard: the next call may stage new ones
     _wait(compute, copy)
 
 
@@ -166,6 +179,12 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, blocks, s
     if gather:
         signals.wait(chunks, chunks)  # every peer's reduced block has landed here
     _wait(compute, copy)  # later work (the next call's sends) is ordered after the copies
+
+
+def first_piece(rows: int, chunks: int) -> tuple[slice, slice]:
+    """``(first, rest)``: the first of ``chunks`` pieces of ``rows`` rows (see :func:`pieces`), and the others."""
+    first = pieces(slice(None), rows, chunks)[0]
+    return first, slice(first.stop, rows)
 
 
 def pieces(rows: slice, length: int, chunks: int) -> list[slice]:

@@ -30,9 +30,9 @@ class FusedConfig:
         GEMM tile sizes of the fused path.
     comm_sms : int
         Programs given to communication in the fused path.
-    chunks : int
-        Pieces of the chunked path: row chunks of the product (the gathers), of each rank's block (the
-        reductions).
+    chunks : int or None
+        Pieces of the chunked path (row pieces of each rank's block of the product; all_gather_matmul's first
+        piece is 1 / chunks of M); None: by the shape (:func:`iris.ops.choose_path`).
     variant : {"auto", "sequential", "chunked"}
         The path: ``"sequential"`` runs ``torch.matmul`` into a heap buffer, then iris's collective
         (:mod:`iris.ccl`); ``"chunked"`` runs each piece's communication on a second stream while the next
@@ -44,7 +44,7 @@ class FusedConfig:
     block_n: int = 128
     block_k: int = 64
     comm_sms: int = 16
-    chunks: int = 4
+    chunks: int | None = None
     variant: str = "auto"
 
     def __post_init__(self):
@@ -55,8 +55,10 @@ class FusedConfig:
         if self.variant not in VARIANTS:
             raise ValueError(f"FusedConfig variant {self.variant!r}: use one of {', '.join(map(repr, VARIANTS))}")
         for name in ("block_m", "block_n", "block_k", "comm_sms", "chunks"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"FusedConfig {name} must be >= 1, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if not (name == "chunks" and value is None) and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"FusedConfig {name} must be an int >= 1{' or None' if name == 'chunks' else ''}, "
+                                 f"got {value!r}")
 
 
 @dataclass
@@ -70,6 +72,8 @@ class Workspace:
     ----------
     path : str
         The path the last call took (``"sequential"`` or ``"chunked"``).
+    pieces : int
+        The pieces the chunked path cut its GEMM into (see :func:`iris.ops.choose_path`).
     key : tuple
         The op, shapes and dtype it was made for.
     buffers : dict of str to torch.Tensor
@@ -80,6 +84,7 @@ class Workspace:
 
     key: tuple
     path: str = "sequential"
+    pieces: int = 1
     buffers: dict = field(default_factory=dict)
     collective: object = None
     copy_stream: object = None  # the chunked path's second stream (GPU)
@@ -101,4 +106,9 @@ class Workspace:
         """The heap buffer ``name`` (allocated on the first call: collective)."""
         if name not in self.buffers:
             self.buffers[name] = ctx.empty(*shape, dtype=dtype, name=f"ops.{self.key[0]}.{name}")
-        return self.buffers[name]
+        buffer = self.buffers[name]
+        if tuple(buffer.shape) != tuple(shape) or buffer.dtype != dtype:  # two paths naming different buffers alike
+            raise RuntimeError(f"rank {ctx.cur_rank}: {self.key[0]}'s workspace buffer {name!r} is "
+                               f"{list(buffer.shape)} {buffer.dtype}, asked for {list(shape)} {dtype}: a bug in "
+                               "iris.ops, please report it")
+        return buffer
