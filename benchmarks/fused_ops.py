@@ -27,6 +27,7 @@ import argparse
 import functools
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -45,7 +46,8 @@ SHAPES = [(m, n, k) for m in (2048, 8192) for n, k in ((8192, 8192), (28672, 819
 SMALL_SHAPES = [(256, 512, 512), (1024, 2048, 1024)]
 OPS = ("matmul_all_reduce", "all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter")
 CALLS = 2  # calls per captured graph
-TIMED_MS = 200.0  # replays per measurement: about this long (the ops take 0.2-6 ms)
+TIMED_MS = 100.0  # replays per measurement: about this long (the ops take 0.2-6 ms)
+ROUNDS = 3  # measurements of each callable, in rotated order (see measure_case)
 
 
 class Case:
@@ -95,13 +97,15 @@ def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
         dist.all_gather_into_tensor(gathered, A_shard)
         a_full = gathered.view(world, m, k // world).transpose(0, 1).reshape(m, k)
 
-        def pieces(chunks):  # the first piece as per-shard terms (this rank's shard stands in for the pulled
-            k_local = k // world  # ones), the rest as one GEMM on the gathered A
-            first, rest = chunked.first_piece(m, chunks)
-            torch.matmul(A_shard[first], B[rank * k_local:(rank + 1) * k_local], out=out[first])
+        def pieces(chunks):  # the first piece as per-shard terms, the others on the gathered A
+            k_local = k // world
+            rows = chunked.pieces(slice(None), m, chunks)
+            torch.matmul(A_shard[rows[0]], B[rank * k_local:(rank + 1) * k_local], out=out[rows[0]])
             for peer in (p for p in range(world) if p != rank):
-                out[first].addmm_(A_shard[first], B[peer * k_local:(peer + 1) * k_local])
-            torch.matmul(a_full[rest], B, out=out[rest])
+                out[rows[0]].addmm_(a_full[rows[0], peer * k_local:(peer + 1) * k_local],
+                                    B[peer * k_local:(peer + 1) * k_local])
+            for piece in rows[1:]:
+                torch.matmul(a_full[piece], B, out=out[piece])
 
         return Case(lambda config=None: ctx.ops.all_gather_matmul(out, A_shard, B, config=config),
                     lambda: torch.matmul(a_full, B, out=out),
@@ -231,8 +235,8 @@ def main() -> None:
 
 
 def measure_case(ctx, op, shape, case: Case) -> dict:
-    """Every timing of one op and shape (µs per call, the slowest rank's), the path auto took and whether each
-    timing was CUDA-graph captured."""
+    """Every timing of one op and shape (µs per call, the slowest rank's, median of :data:`ROUNDS`), the path
+    and pieces auto took, and the timings that could not be CUDA-graph captured."""
     workspace = case.ours()  # the first call allocates (collective): outside any capture
     path, chunks = workspace.path, workspace.pieces  # (before a sequential measurement reuses the workspace)
     torch.cuda.synchronize()
@@ -242,14 +246,21 @@ def measure_case(ctx, op, shape, case: Case) -> dict:
              "torch": case.fused, "GEMM pieces": functools.partial(case.pieces, chunks), "push": push,
              "T seq": functools.partial(case.ours, iris.ops.FusedConfig(variant="sequential")) if path != "sequential"
              else None}
-    timings, eager = {}, []
-    for key, call in calls.items():
-        if call is None:
-            timings[key] = timings["T"] if key == "T seq" else None
-            continue
-        timings[key], captured = measure(call, CALLS, TIMED_MS)
-        if not captured:
-            eager.append(key)
+    # Rounds, each timing every callable once, starting one further along each round, and the median per
+    # callable: a GPU that heats up clocks down (bf16 GEMMs reach the H200's power limit), so whatever ran
+    # first in a single pass would look faster than the rest.
+    keys = [key for key, call in calls.items() if call is not None]
+    samples, eager = {key: [] for key in keys}, set()
+    for round_ in range(ROUNDS):
+        for key in keys[round_:] + keys[:round_]:
+            us, captured = measure(calls[key], CALLS, TIMED_MS)
+            samples[key].append(us)
+            if not captured:
+                eager.add(key)
+    timings = {key: statistics.median(values) for key, values in samples.items()}
+    timings["torch"] = timings.get("torch")
+    timings["T seq"] = timings.get("T seq", timings["T"])
+    eager = sorted(eager)
     return {"op": op, "shape": shape, "path": path, "pieces": chunks, "timings": timings, "received": case.received,
             "eager": eager}
 

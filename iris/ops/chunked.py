@@ -3,16 +3,16 @@ stream while the next piece computes. Every copy between ranks is a peer-to-peer
 (``ctx.as_remote(t, peer)[rows].copy_(t[rows])``), done by the copy engines: it takes no SM from the GEMM.
 
 * :func:`matmul_all_gather`: row chunks, each finished chunk pushed into every peer's ``out`` (on the heap);
-* :func:`all_gather_matmul`: a first row piece as a sum of per-shard terms, this rank's first, while the copy
-  engines pull the peers' rows of it and gather the rest of A (2-D copies into each shard's columns); then
-  the rest as one full-depth GEMM;
+* :func:`all_gather_matmul`: A gathered row piece by row piece into every rank's heap (2-D copies of each
+  shard into its columns), each piece's full-depth GEMM started once its flags say it has landed; the first
+  piece, as a sum of per-shard terms, starts at once with this rank's own;
 * :func:`matmul_reduce_scatter` and :func:`matmul_all_reduce`: each rank computes its peers' blocks of its
   product first, in pieces pushed to their owners as they finish, then its own block, adding its product in
   place (``addmm_``) onto the peers' pieces, each waited for by its flag (:mod:`iris.ops.signals`) just
   before it is needed; the all-reduce then pushes each reduced piece to every peer.
 
-A device barrier opens a call (every peer is ready: staged, done with the last call's buffers); the gathers
-close with one on the second stream, the reductions with their pieces' flags. The compute stream then waits
+A device barrier opens a call (every peer is done with the last call's buffers); matmul_all_gather closes
+with one on the second stream, the others with their pieces' flags. The compute stream then waits
 for the second stream. Fork and join go through ``wait_stream`` and events, so a whole call can be captured
 in a CUDA graph.
 
@@ -65,39 +65,42 @@ def _push_in_chunks(ctx, out, A, B, bias, workspace, chunks: int):
 
 
 def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks: int):
-    """``out = [every rank's A_sharded along K] @ B``: a first row piece (1 / ``chunks`` of M) as a sum of per-shard
-    terms, this rank's first, while the copy engines stage the shard, open the call and pull the peers' rows
-    of that piece; then the other rows as one full-depth GEMM on A gathered meanwhile by the copy engines
-    (each shard's rows copied into its columns: 2-D copies). Only the first piece pays for splitting K (shorter
-    GEMMs and an accumulation): splitting all of it cost up to 10% of the GEMM (benchmarks/RESULTS.md)."""
+    """``out = A @ B`` with A every rank's ``A_sharded`` side by side along K, gathered into each rank's heap
+    buffer ``A`` row piece by row piece: each rank's copy engines write its shard's rows into its columns of
+    every rank's ``A`` (2-D copies), each piece followed by its flag; each piece's full-depth GEMM starts once
+    its rows from every rank have landed. The first piece does not wait: its rows are multiplied as a sum of
+    per-shard terms, this rank's own first (from ``A_sharded`` itself) while the peers' rows land."""
     rank, world = ctx.cur_rank, ctx.num_ranks
     m, k_local = A_sharded.shape
-    first, rest = first_piece(m, chunks)
-    shard = workspace.on_heap(ctx, "shard", A_sharded)  # staged on the heap: peers pull it
-    pulled = workspace.buffer(ctx, "pulled", (world, first.stop, k_local), A_sharded.dtype)
-    gathered = workspace.buffer(ctx, "A", (m, world * k_local), A_sharded.dtype)  # A itself, gathered
-    peers = [(rank + step) % world for step in range(1, world)]  # each rank starts with another peer
+    if A_sharded.stride(1) != 1 and k_local > 1:  # the copy engines copy rows of unit stride
+        A_sharded = A_sharded.contiguous()
+    gathered = workspace.buffer(ctx, "A", (m, world * k_local), A_sharded.dtype)
     columns = [slice(source * k_local, (source + 1) * k_local) for source in range(world)]
+    rows = pieces(slice(None), m, chunks)
+    peers = [(rank + step) % world for step in range(1, world)]  # each rank starts with another peer
+    signals = _signals(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
+    signals.begin()
+    landed = []  # per piece: this rank's own rows are in place
     with _on(copy):
         _wait(copy, compute)  # the inputs are ready
-        if shard is not A_sharded:
-            shard.copy_(A_sharded)
-        ctx.device_barrier()  # every rank's shard is staged
-        for peer in peers:
-            pulled[peer].copy_(ctx.as_remote(shard, peer)[first])
-        first_arrived = _record(copy)
-        for source in range(world):
-            ctx.heap.copy_2d(gathered[rest, columns[source]],
-                             (A_sharded if source == rank else ctx.as_remote(shard, source))[rest])
-        gathered_arrived = _record(copy)
-        ctx.device_barrier()  # every rank has pulled every shard: the next call may stage new ones
+        ctx.device_barrier()  # every rank's GEMMs of the last call are done with its A
+        for slot, piece in enumerate(rows):
+            for peer in peers:
+                ctx.heap.copy_2d(ctx.as_remote(gathered, peer)[piece, columns[rank]], A_sharded[piece])
+                signals.signal(slot, peer)
+            if slot > 0:
+                ctx.heap.copy_2d(gathered[piece, columns[rank]], A_sharded[piece])
+            landed.append(_record(copy))
+    first = rows[0]
     torch.matmul(A_sharded[first], B[columns[rank]], out=out[first])
-    _wait_event(compute, first_arrived)
+    signals.wait(0)
     for peer in peers:
-        out[first].addmm_(pulled[peer], B[columns[peer]])
-    _wait_event(compute, gathered_arrived)
-    torch.matmul(gathered[rest], B, out=out[rest])
+        out[first].addmm_(gathered[first, columns[peer]], B[columns[peer]])
+    for slot, piece in enumerate(rows[1:], start=1):
+        _wait_event(compute, landed[slot])
+        signals.wait(slot)
+        torch.matmul(gathered[piece], B, out=out[piece])
     if bias is not None:
         out += bias
     _wait(compute, copy)
@@ -179,12 +182,6 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, blocks, s
     if gather:
         signals.wait(chunks, chunks)  # every peer's reduced block has landed here
     _wait(compute, copy)  # later work (the next call's sends) is ordered after the copies
-
-
-def first_piece(rows: int, chunks: int) -> tuple[slice, slice]:
-    """``(first, rest)``: the first of ``chunks`` pieces of ``rows`` rows (see :func:`pieces`), and the others."""
-    first = pieces(slice(None), rows, chunks)[0]
-    return first, slice(first.stop, rows)
 
 
 def pieces(rows: slice, length: int, chunks: int) -> list[slice]:

@@ -76,7 +76,7 @@ class Workspace:
         The pieces the chunked path cut its GEMM into (see :func:`iris.ops.choose_path`).
     key : tuple
         The op, shapes and dtype it was made for.
-    buffers : dict of str to torch.Tensor
+    buffers : dict of (str, shape, dtype) to torch.Tensor
         Heap buffers (the local product, the gathered input...).
     collective : iris.ccl.Workspace or None
         The collective's own workspace, passed back to it.
@@ -103,12 +103,9 @@ class Workspace:
         return self.buffer(ctx, name, tensor.shape, tensor.dtype)
 
     def buffer(self, ctx, name: str, shape, dtype) -> torch.Tensor:
-        """The heap buffer ``name`` (allocated on the first call: collective)."""
-        if name not in self.buffers:
-            self.buffers[name] = ctx.empty(*shape, dtype=dtype, name=f"ops.{self.key[0]}.{name}")
-        buffer = self.buffers[name]
-        if tuple(buffer.shape) != tuple(shape) or buffer.dtype != dtype:  # two paths naming different buffers alike
-            raise RuntimeError(f"rank {ctx.cur_rank}: {self.key[0]}'s workspace buffer {name!r} is "
-                               f"{list(buffer.shape)} {buffer.dtype}, asked for {list(shape)} {dtype}: a bug in "
-                               "iris.ops, please report it")
-        return buffer
+        """The heap buffer ``name`` of this shape and dtype (allocated on the first call that asks for it:
+        collective). Its shape is part of its name: calls with another piece count keep their own."""
+        key = (name, tuple(shape), dtype)
+        if key not in self.buffers:
+            self.buffers[key] = ctx.empty(*shape, dtype=dtype, name=f"ops.{self.key[0]}.{name}")
+        return self.buffers[key]
