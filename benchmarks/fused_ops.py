@@ -38,7 +38,7 @@ import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
-from benchmarks.allreduce import measure  # noqa: E402
+from benchmarks.allreduce import host_cost, measure  # noqa: E402
 from benchmarks.results import RESULTS, environment, write_section  # noqa: E402
 from iris.ops import chunked  # noqa: E402
 
@@ -48,6 +48,7 @@ OPS = ("matmul_all_reduce", "all_gather_matmul", "matmul_all_gather", "matmul_re
 CALLS = 2  # calls per captured graph
 TIMED_MS = 100.0  # replays per measurement: about this long (the ops take 0.2-6 ms)
 ROUNDS = 3  # measurements of each callable, in rotated order (see measure_case)
+HOST_CALLS = 30  # calls timed for the host path alone
 
 
 class Case:
@@ -258,6 +259,8 @@ def measure_case(ctx, op, shape, case: Case) -> dict:
             if not captured:
                 eager.add(key)
     timings = {key: statistics.median(values) for key, values in samples.items()}
+    # The host path alone (the GPU idle before each call): above the GPU time, an eager loop waits on the host.
+    timings["S host"], timings["T host"] = (host_cost(calls[key], HOST_CALLS) for key in ("S", "T"))
     timings["torch"] = timings.get("torch")
     timings["T seq"] = timings.get("T seq", timings["T"])
     eager = sorted(eager)
@@ -296,11 +299,13 @@ def report(rows, world) -> str:
     lines = [f"{environment()}; {world} ranks, bf16, CUDA-graph replays ({CALLS} calls per graph), µs per call, the "
              "slowest rank's. Bound: max(G, C); goal for M = 8192: T <= bound + 0.3 (S - bound). "
              "GEMM in pieces: the chunked path's GEMMs alone, without communication (their efficiency: G / that). "
-             "Link: GB/s each rank received, by NCCL (bytes / C) and by a plain copy-engine push of the same bytes.",
+             "Link: GB/s each rank received, by NCCL (bytes / C) and by a plain copy-engine push of the same bytes. "
+             "Host: µs until a call returns, the GPU idle before it (S, T): an eager loop is host-bound where it "
+             "exceeds the GPU time.",
              "",
              "| op | M, N, K | G | C | S | torch fused | T (ours) | path | T sequential | T / S | hidden of S - bound "
-             "| GEMM in pieces (% of cuBLAS) | link GB/s NCCL, copy engines | goals |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| GEMM in pieces (% of cuBLAS) | link GB/s NCCL, copy engines | host µs S, T | goals |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         t, (m, n, k) = row["timings"], row["shape"]
         bound = max(t["G"], t["C"])
@@ -317,13 +322,14 @@ def report(rows, world) -> str:
         lines.append(f"| {row['op']} | {m}, {n}, {k} | {t['G']:.0f} | {t['C']:.0f} | {t['S']:.0f} | {fused} | "
                      f"{t['T']:.0f} | {row['path']}{pieces} | {t['T seq']:.0f} | {t['T'] / t['S']:.2f} | "
                      f"{100 * hidden:.0f}% | {t['GEMM pieces']:.0f} ({100 * t['G'] / t['GEMM pieces']:.0f}%) | "
-                     f"{nccl:.0f}, {engines:.0f} | "
+                     f"{nccl:.0f}, {engines:.0f} | {t['S host']:.0f}, {t['T host']:.0f} | "
                      f"{'met' if all(goals) else 'missed'}{eager} |")
     lines += ["", "Paths: sequential (a matmul, then iris's collective: no overlap); chunked (the GEMM in cuBLAS "
                   "pieces, each piece's transfer done by the copy engines on a second stream while the next "
-                  "computes: matmul_all_gather pushes row chunks into every peer's out; all_gather_matmul computes the "
-                  "local term while the peers' shards are pulled; the reductions compute the peers' blocks first and "
-                  "push them, then add their own product onto them as each piece's flag arrives, and "
+                  "computes: matmul_all_gather pushes row pieces into every peer's out; all_gather_matmul pushes its "
+                  "shard's row pieces into every rank's gathered A (2-D copies) and multiplies each piece at full "
+                  "depth once it has landed, the first as per-shard terms; the reductions compute the peers' blocks "
+                  "first and push them, then add their own product onto them as each piece's flag arrives, and "
                   f"matmul_all_reduce pushes each reduced piece back). Plot: `fused_ops_{world}gpu.png` (rows in "
                   f"`fused_ops_{world}gpu.json`)."]
     table = "\n".join(lines)

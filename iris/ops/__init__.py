@@ -48,7 +48,8 @@ CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather, "all_gather_matmul": 
 # The chunked path's pieces, from a sweep of 2, 4 and 8 pieces on 2xH200, bf16 (benchmarks/RESULTS.md "fused_ops
 # (2 GPUs, pieces of the chunked path)"): pieces under about 512 rows or 4M elements of output (two waves of
 # 128 x 128 tiles on 132 SMs) lost more GEMM efficiency than they gained overlap; beyond 4 pieces, nothing gained.
-PIECE_ROWS, PIECE_ELEMENTS, MAX_PIECES = 512, 4 << 20, 4
+# all_gather_matmul, whose first piece splits K, was fastest in 2 pieces at every shape (by up to 9%).
+PIECE_ROWS, PIECE_ELEMENTS, DEFAULT_MAX_PIECES, MAX_PIECES = 512, 4 << 20, 4, {"all_gather_matmul": 2}
 
 
 def matmul_all_reduce(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
@@ -137,8 +138,8 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int]
     The chunked path cuts the rows that each rank computes for one destination (its row block for
     matmul_all_reduce, the whole product for matmul_reduce_scatter's column blocks and all_gather_matmul,
     its own rows for matmul_all_gather) into pieces of at least :data:`PIECE_ROWS` rows and
-    :data:`PIECE_ELEMENTS` elements, at most :data:`MAX_PIECES`. ``"auto"`` takes it on GPUs when there are
-    at least 2 pieces (something to overlap), else the sequential path.
+    :data:`PIECE_ELEMENTS` elements, at most 4 (2 for all_gather_matmul: :data:`MAX_PIECES`). ``"auto"``
+    takes it on GPUs when there are at least 2 pieces (something to overlap), else the sequential path.
 
     Examples
     --------
@@ -151,7 +152,8 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int]
         rows = -(-rows // world)
     elif op == "matmul_all_gather":
         rows //= world
-    pieces = config.chunks or max(1, min(MAX_PIECES, rows // PIECE_ROWS, rows * columns // PIECE_ELEMENTS))
+    most = MAX_PIECES.get(op, DEFAULT_MAX_PIECES)
+    pieces = config.chunks or max(1, min(most, rows // PIECE_ROWS, rows * columns // PIECE_ELEMENTS))
     if config.variant != "auto":
         return config.variant, pieces
     gpu = ctx.backend == "cuda" and world > 1

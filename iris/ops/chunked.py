@@ -2,7 +2,7 @@
 stream while the next piece computes. Every copy between ranks is a peer-to-peer memcpy over NVLink
 (``ctx.as_remote(t, peer)[rows].copy_(t[rows])``), done by the copy engines: it takes no SM from the GEMM.
 
-* :func:`matmul_all_gather`: row chunks, each finished chunk pushed into every peer's ``out`` (on the heap);
+* :func:`matmul_all_gather`: row pieces, each finished piece pushed into every peer's ``out`` (on the heap);
 * :func:`all_gather_matmul`: A gathered row piece by row piece into every rank's heap (2-D copies of each
   shard into its columns), each piece's full-depth GEMM started once its flags say it has landed; the first
   piece, as a sum of per-shard terms, starts at once with this rank's own;
@@ -11,10 +11,10 @@ stream while the next piece computes. Every copy between ranks is a peer-to-peer
   place (``addmm_``) onto the peers' pieces, each waited for by its flag (:mod:`iris.ops.signals`) just
   before it is needed; the all-reduce then pushes each reduced piece to every peer.
 
-A device barrier opens a call (every peer is done with the last call's buffers); matmul_all_gather closes
-with one on the second stream, the others with their pieces' flags. The compute stream then waits
-for the second stream. Fork and join go through ``wait_stream`` and events, so a whole call can be captured
-in a CUDA graph.
+A device barrier opens a call (every peer is done with the last call's buffers); flags, one per piece
+(:mod:`iris.ops.signals`), tell a rank that a peer's piece has landed, just before it needs it. The compute
+stream then waits for the second stream. Fork and join go through ``wait_stream`` and events, so a whole call
+can be captured in a CUDA graph.
 
 On the CPU backend there are no streams: the same steps run in order, which is what the tests check.
 
@@ -34,34 +34,31 @@ from .signals import PieceSignals
 
 
 def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int):
-    """``out`` = every rank's A @ B stacked along M, computed and pushed in ``chunks`` row chunks (into a heap
-    buffer first when ``out`` is not on the heap: peers write into it)."""
+    """``out`` = every rank's A @ B stacked along M: this rank's rows computed in ``chunks`` pieces, each pushed
+    into every peer's ``out`` (a heap buffer first when ``out`` is not on the heap: peers write into it) while
+    the next computes, and followed by its flag; the call ends when every peer's pieces have landed."""
     target = workspace.on_heap(ctx, "gathered", out)
-    _push_in_chunks(ctx, target, A, B, bias, workspace, chunks)
-    if target is not out:
-        out.copy_(target)
-
-
-def _push_in_chunks(ctx, out, A, B, bias, workspace, chunks: int):
     rank, world = ctx.cur_rank, ctx.num_ranks
     m_local = A.shape[0]
-    peers = [ctx.as_remote(out, peer) for peer in range(world) if peer != rank]
+    peers = [peer for peer in range(world) if peer != rank]
+    signals = _signals(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
     ctx.device_barrier()  # every peer is done with its out from before
-    with _on(copy):
-        _wait(copy, compute)
-    for piece in pieces(slice(None), m_local, chunks):
+    signals.begin()
+    for slot, piece in enumerate(pieces(slice(None), m_local, chunks)):
         rows = slice(rank * m_local + piece.start, rank * m_local + piece.stop)
-        torch.matmul(A[piece], B, out=out[rows])
+        torch.matmul(A[piece], B, out=target[rows])
         if bias is not None:
-            out[rows] += bias
+            target[rows] += bias
         with _on(copy):
-            _wait(copy, compute)  # this chunk is computed
-            for peer_out in peers:
-                peer_out[rows].copy_(out[rows])
-    with _on(copy):
-        ctx.device_barrier()  # every rank's chunks have landed everywhere
-    _wait(compute, copy)  # (so async_op has nothing to defer: later work is ordered after the copies)
+            _wait(copy, compute)  # this piece is computed
+            for peer in peers:
+                ctx.as_remote(target, peer)[rows].copy_(target[rows])
+                signals.signal(slot, peer)
+    signals.wait(0, chunks)  # every peer's pieces have landed here
+    _wait(compute, copy)  # later work (the next call's GEMMs into target) is ordered after the copies
+    if target is not out:
+        out.copy_(target)
 
 
 def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks: int):
