@@ -16,6 +16,8 @@ BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
 # (cuBLAS may also reduce split-K partial sums in half precision, as torch allows by default).
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
 CHUNKED = iris.ops.FusedConfig(variant="chunked", chunks=3)  # 3 chunks: the last one short on odd sizes
+# Calls with the same tensors: on GPUs the second captures a CUDA graph of the call and the third replays it.
+CALLS = 3 if BACKEND == "cuda" else 2
 
 
 def _inputs(shape_of, world, dtype, device, seed):
@@ -31,10 +33,14 @@ def _close(got, want, dtype, what):
 
 
 def every_op(m, k, n, dtypes):
-    """Each op twice (the second call reusing the first's workspace), with and without bias, per dtype."""
+    """Each op CALLS times (later calls reusing the first's workspace), with and without bias, per dtype."""
     ctx = iris.iris("64MiB", backend=BACKEND)
     rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
-    paths = set()
+    paths, workspaces = set(), {}
+
+    def seen(workspace):
+        paths.add(workspace.path)
+        workspaces[id(workspace)] = workspace
     for dtype in (getattr(torch, name) for name in dtypes):
         As = _inputs((m, k), world, dtype, device, 10)
         Bs = _inputs((k, n), world, dtype, device, 20)
@@ -55,19 +61,19 @@ def every_op(m, k, n, dtypes):
             second = ctx.ops.matmul_all_reduce(out, A, B, bias=b_arg)
             assert first is second, "a repeated call reuses its workspace"
             _close(out, summed + extra, dtype, f"matmul_all_reduce {dtype} bias={with_bias}")
-            paths.add(second.path)
+            seen(second)
             for on_heap in (True, False):  # on the heap, peers push into out itself; else into a heap buffer
                 out = (ctx.zeros if on_heap else torch.zeros)(m, n, dtype=dtype, device=device)
-                for _ in range(2):
-                    paths.add(ctx.ops.matmul_all_reduce(out, A, B, bias=b_arg, config=CHUNKED).path)
+                for _ in range(CALLS):
+                    seen(ctx.ops.matmul_all_reduce(out, A, B, bias=b_arg, config=CHUNKED))
                 _close(out, summed + extra, dtype,
                        f"matmul_all_reduce chunked {dtype} bias={with_bias} out on heap={on_heap}")
 
             for variant, on_heap in (("sequential", False), ("chunked", False), ("chunked", True)):
                 config = CHUNKED if variant == "chunked" else iris.ops.FusedConfig(variant=variant)
                 out = (ctx.zeros if on_heap else torch.zeros)(m * world, n, dtype=dtype, device=device)
-                for _ in range(2):
-                    paths.add(ctx.ops.matmul_all_gather(out, A, B, bias=b_arg, config=config).path)
+                for _ in range(CALLS):
+                    seen(ctx.ops.matmul_all_gather(out, A, B, bias=b_arg, config=config))
                 _close(out, torch.cat(products) + extra, dtype,
                        f"matmul_all_gather {variant} {dtype} bias={with_bias} out on heap={on_heap}")
 
@@ -75,8 +81,9 @@ def every_op(m, k, n, dtypes):
             B_full = _inputs((world * k_local, n), 1, dtype, device, 40)[0]
             for config in (None, CHUNKED):
                 out = ctx.zeros(m, n, dtype=dtype)
-                for _ in range(2):
-                    iris.ops.all_gather_matmul(ctx, out, A, B_full, bias=b_arg, config=config)  # the function form
+                for _ in range(CALLS):
+                    # (the function form)
+                    seen(iris.ops.all_gather_matmul(ctx, out, A, B_full, bias=b_arg, config=config))
                 # (chunked: one rounding per rank's term, as a sum of per-shard products)
                 _close(out, torch.cat([a.float() for a in As], dim=1) @ B_full.float() + extra, dtype,
                        f"all_gather_matmul {config} {dtype} bias={with_bias}")
@@ -87,13 +94,13 @@ def every_op(m, k, n, dtypes):
                 want = summed[:, columns] + (bias.float()[columns] if with_bias else 0.0)
                 for config, on_heap in ((None, True), (CHUNKED, True), (CHUNKED, False)):
                     out = (ctx.zeros if on_heap else torch.zeros)(m, n_local, dtype=dtype, device=device)
-                    for _ in range(2):
-                        paths.add(ctx.ops.matmul_reduce_scatter(out, A, B, bias=b_arg, config=config).path)
+                    for _ in range(CALLS):
+                        seen(ctx.ops.matmul_reduce_scatter(out, A, B, bias=b_arg, config=config))
                     _close(out, want, dtype,
                            f"matmul_reduce_scatter {config} {dtype} bias={with_bias} out on heap={on_heap}")
         assert torch.equal(A, A_copy) and torch.equal(B, B_copy), "inputs intact"
     ctx.barrier()
-    return {"rank": rank, "paths": sorted(paths)}
+    return {"rank": rank, "paths": sorted(paths), "replays": sum(w.graphs.replays for w in workspaces.values())}
 
 
 def errors():

@@ -34,6 +34,7 @@ def test_upstream_signatures():
 def test_every_op_matches_torch(world, shape, dtypes):
     results = run_ranks(world, f"{CASES}:every_op", *shape, dtypes)
     assert [r["paths"] for r in results] == [["chunked", "sequential"]] * world
+    assert [r["replays"] for r in results] == [0] * world  # CUDA graphs are for GPUs
 
 
 def test_errors_say_what_and_what_to_do():

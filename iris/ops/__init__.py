@@ -13,7 +13,9 @@ Each is a function taking the context first (``iris.ops.matmul_all_reduce(ctx, o
 and fp32, any sizes (``N`` a multiple of the world size for reduce-scatter, ``K`` for all-gather-matmul's
 shards by construction); ``bias`` (N,) is added once. Inputs are left intact. Each call returns its
 :class:`Workspace` (its ``path`` says how it ran); ``ctx.ops`` keeps one per op and shapes, so repeated calls
-allocate nothing and, after the first, can be captured in a CUDA graph.
+allocate nothing and, after the first, can be captured in a CUDA graph. On GPUs an eager call repeated with
+the same tensors replays a CUDA graph of itself (:mod:`iris.ops.graphs`): one launch instead of the host
+work of queueing each piece.
 
 **Paths** (``workspace.path`` says which ran; :func:`choose_path` picks):
 
@@ -35,10 +37,13 @@ Examples
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import chunked, sequential
 from .config import DTYPES, FusedConfig, Workspace
+from .graphs import call_key
 
 __all__ = ["FusedConfig", "Workspace", "all_gather_matmul", "choose_path", "matmul_all_gather", "matmul_all_reduce",
            "matmul_reduce_scatter"]
@@ -171,9 +176,11 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) 
                          "pass the workspace of a call with the same shapes, or none")
     workspace.path, workspace.pieces = choose_path(ctx, op, tuple(out.shape), config)
     if workspace.path == "chunked":
-        CHUNKED[op](ctx, out, A, B, bias, async_op, workspace, workspace.pieces)
+        call = functools.partial(CHUNKED[op], ctx, out, A, B, bias, async_op, workspace, workspace.pieces)
     else:
-        implementation(ctx, out, A, B, bias, async_op, workspace)
+        call = functools.partial(implementation, ctx, out, A, B, bias, async_op, workspace)
+    replay_key = call_key((out, A, B, bias), workspace.path, workspace.pieces, async_op)
+    workspace.graphs.run(replay_key, call, cuda=ctx.backend == "cuda")
     return workspace
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .graphs import CallGraphs
+
 VARIANTS = ("auto", "sequential", "chunked")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -88,7 +90,8 @@ class Workspace:
     buffers: dict = field(default_factory=dict)
     collective: object = None
     copy_stream: object = None  # the chunked path's second stream (GPU)
-    signals: object = None  # the chunked reductions' per-piece flags (iris.ops.signals.PieceSignals)
+    signals: object = None  # the chunked path's per-piece flags (iris.ops.signals.PieceSignals)
+    graphs: CallGraphs = field(default_factory=CallGraphs)  # repeated calls replay these (iris.ops.graphs)
 
     def wait(self) -> None:
         """After a call with ``async_op=True``: wait (in stream order) until its collective has finished."""

@@ -20,6 +20,7 @@ CUDA = {"IRIS_TEST_BACKEND": "cuda", "IRIS_BACKEND": "cuda"}
 def test_every_op_matches_torch_on_gpu():
     results = run_ranks(2, f"{CASES}:every_op", 300, 260, 514, ["float32", "bfloat16", "float16"], env=CUDA)
     assert [r["paths"] for r in results] == [["chunked", "sequential"]] * 2
+    assert all(r["replays"] > 0 for r in results), "repeated eager calls replay their CUDA graphs"
 
 
 def test_errors_on_gpu():
