@@ -4,6 +4,8 @@ Run with one rank per GPU::
 
     torchrun --nproc_per_node=2 benchmarks/fused_ops.py            # the issue's shapes, bf16
     torchrun --nproc_per_node=2 benchmarks/fused_ops.py --small    # a quick look at small shapes
+    torchrun --nproc_per_node=2 benchmarks/fused_ops.py --chunks 2,4,8   # the chunked path per piece count
+    python benchmarks/fused_ops.py --plot benchmarks/fused_ops_2gpu.json  # the plot again, from a run's rows
 
 Per op and shape, each rank's operands split as the op implies (K split for matmul_all_reduce and
 matmul_reduce_scatter, A's columns gathered for all_gather_matmul, rows of the product gathered for
@@ -11,11 +13,18 @@ matmul_all_gather), CUDA-graph timed (:func:`benchmarks.allreduce.measure`), the
 
 * **G**: the GEMM each rank computes, ``torch.matmul`` alone;
 * **C**: the NCCL collective alone;
-* **S**: ``torch.matmul`` then the NCCL collective, in sequence;
+* **S**: what a user of torch calls in its place, in sequence: ``torch.matmul`` then the NCCL collective (for
+  all_gather_matmul the NCCL all-gather, the strided copy that makes the shards A's column blocks, then
+  ``torch.matmul``: each step needs the last one's result);
 * **torch**: torch symmetric memory's fused op where it has one (``fused_all_gather_matmul`` for
   matmul_all_gather; ``fused_matmul_reduce_scatter``, which scatters along M: the same work);
 * **T**: ours, ``ctx.ops.<op>``, and the path it took (and, where that is not the sequential path, the
-  sequential path's time too).
+  sequential path's time too);
+* why a goal is missed: **GEMM in pieces**, the chunked path's GEMMs alone, cut as it cuts them (G over it:
+  their efficiency against one cuBLAS call); **link**, the GB/s of NCCL's collective and of a plain
+  copy-engine push of the same bytes; **host**, µs until an eager call of S and of T returns.
+
+Each timing is the median of 3 rounds that take the callables in rotated order (a hot GPU clocks down).
 
 The goals (issue 15) are stated against overlap's bound max(G, C): T <= max(G, C) + 0.3 (S - max(G, C)) for
 M = 8192, T no slower than torch's fused op, T <= 1.03 S everywhere. The table says which are met.
@@ -66,11 +75,15 @@ class Case:
         ``pieces(chunks)``: the chunked path's GEMMs alone, cut as that path cuts them, without communication.
     received : int
         Bytes each rank receives from its peers (the op's communication).
+    sequence : callable
+        S: what a user of torch would call in its place, each step using the last one's result (the matmul
+        then the collective, by default).
     """
 
-    def __init__(self, ours, gemm, collective, fused, pieces, received):
+    def __init__(self, ours, gemm, collective, fused, pieces, received, sequence=None):
         self.ours, self.gemm, self.collective, self.fused = ours, gemm, collective, fused
         self.pieces, self.received = pieces, received
+        self.sequence = sequence or in_sequence(gemm, collective)
 
 
 def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
@@ -96,7 +109,12 @@ def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
         # G multiplies the gathered A itself: a GEMM's speed depends on its data (an unwritten, zero A draws
         # less power and ran 10-15% faster than random values on H200s).
         dist.all_gather_into_tensor(gathered, A_shard)
-        a_full = gathered.view(world, m, k // world).transpose(0, 1).reshape(m, k)
+        a_full = torch.empty(m, k, dtype=dtype, device=dev)
+
+        def arrange():  # NCCL gathers along dim 0: the shards become A's column blocks by one strided copy
+            a_full.view(m, world, k // world).copy_(gathered.view(world, m, k // world).transpose(0, 1))
+
+        arrange()
 
         def pieces(chunks):  # the first piece as per-shard terms, the others on the gathered A
             k_local = k // world
@@ -111,7 +129,9 @@ def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
         return Case(lambda config=None: ctx.ops.all_gather_matmul(out, A_shard, B, config=config),
                     lambda: torch.matmul(a_full, B, out=out),
                     lambda: dist.all_gather_into_tensor(gathered, A_shard), None, pieces,
-                    (world - 1) * m * (k // world) * size)
+                    (world - 1) * m * (k // world) * size,
+                    sequence=in_sequence(lambda: dist.all_gather_into_tensor(gathered, A_shard), arrange,
+                                         lambda: torch.matmul(a_full, B, out=out)))
     if op == "matmul_all_gather":
         A, B = randn(m // world, k), randn(k, n)
         local = torch.empty(m // world, n, dtype=dtype, device=dev)
@@ -243,7 +263,7 @@ def measure_case(ctx, op, shape, case: Case) -> dict:
     torch.cuda.synchronize()
     ctx.barrier()
     push, _buffer = copy_engine_push(ctx, case.received)
-    calls = {"G": case.gemm, "C": case.collective, "S": in_sequence(case.gemm, case.collective), "T": case.ours,
+    calls = {"G": case.gemm, "C": case.collective, "S": case.sequence, "T": case.ours,
              "torch": case.fused, "GEMM pieces": functools.partial(case.pieces, chunks), "push": push,
              "T seq": functools.partial(case.ours, iris.ops.FusedConfig(variant="sequential")) if path != "sequential"
              else None}

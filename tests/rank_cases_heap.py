@@ -140,6 +140,16 @@ def as_remote_host():
     errors.append(str(info.value))
     with pytest.raises(ValueError, match="as_remote view"):
         ctx.as_remote(remote, right)
+    # copy_2d: a column block (rows apart) into the right neighbour's copy, by the copy engines on a GPU
+    block = (torch.arange(12.0).reshape(6, 2) + 10 * r).to(buf.device)
+    ctx.barrier()
+    ctx.heap.copy_2d(ctx.as_remote(buf, right)[:, 3:5], block)
+    ctx.heap.memory.synchronize()
+    ctx.barrier()
+    assert torch.equal(_cpu(buf[:, 3:5]), torch.arange(12.0).reshape(6, 2) + 10 * left), buf
+    with pytest.raises(ValueError, match="unit column stride") as info:
+        ctx.heap.copy_2d(buf.t()[:2], block.t())  # columns 8 apart
+    errors.append(str(info.value))
     ctx.barrier()
     return errors
 

@@ -7,7 +7,7 @@ Examples
 >>> FusedConfig(variant="fused")                          # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-NotImplementedError: FusedConfig variant 'fused': the fused path (one persistent kernel) is not built yet; ...
+NotImplementedError: FusedConfig variant 'fused': there is no single-kernel path here; ...
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ class FusedConfig:
 
     Parameters
     ----------
-    block_m, block_n, block_k : int
-        GEMM tile sizes of the fused path.
-    comm_sms : int
-        Programs given to communication in the fused path.
+    block_m, block_n, block_k, comm_sms : int
+        Upstream's tile sizes and communication programs of its single fused kernel. Accepted (and checked)
+        so that upstream code runs unchanged; no path here reads them: the GEMM pieces are cuBLAS's and the
+        transfers the copy engines', which take no SM.
     chunks : int or None
         Pieces of the chunked path (row pieces of each rank's block of the product; all_gather_matmul's first
         piece is 1 / chunks of M); None: by the shape (:func:`iris.ops.choose_path`).
@@ -52,8 +52,9 @@ class FusedConfig:
     def __post_init__(self):
         if self.variant == "fused":
             raise NotImplementedError(
-                "FusedConfig variant 'fused': the fused path (one persistent kernel) is not built yet; use "
-                "variant='auto', 'sequential' or 'chunked'")
+                "FusedConfig variant 'fused': there is no single-kernel path here; 'chunked' (cuBLAS pieces, "
+                "copy-engine transfers, a flag per piece) is what 'auto' runs on GPUs: use variant='auto', "
+                "'sequential' or 'chunked'")
         if self.variant not in VARIANTS:
             raise ValueError(f"FusedConfig variant {self.variant!r}: use one of {', '.join(map(repr, VARIANTS))}")
         for name in ("block_m", "block_n", "block_k", "comm_sms", "chunks"):
