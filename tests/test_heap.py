@@ -77,7 +77,7 @@ def test_as_remote_reads_and_writes_reach_the_owner(world):
     errors = run_ranks(world, f"{CASES}:as_remote_host")[0]
     assert f"rank {world} is out of range: the valid ranks are 0 to {world - 1}" in errors[0]
     assert "ctx.zeros" in errors[-2]
-    assert errors[-1].startswith(f"rank 0: copy_2d takes two 2-D blocks of one shape and dtype with unit column "
+    assert errors[-1].startswith("rank 0: copy_2d takes two 2-D blocks of one shape and dtype with unit column "
                                  "stride, got [2, 6] torch.float32 strides (1, 8)")
 
 
