@@ -18,9 +18,9 @@ pieces. Repeated launches skip Triton's Python launcher (:mod:`iris.ccl.fast_pat
 Examples
 --------
 >>> signals = PieceSignals(ctx, ("matmul_all_reduce", shapes), slots=8)       # doctest: +SKIP
->>> signals.begin()                      # on the compute stream, before the copy stream forks
->>> signals.signal(slot=0, peer=1)       # on the copy stream, after piece 0's copy to rank 1
->>> signals.wait(slot=0)                 # on the compute stream: piece 0 from every peer has landed
+>>> signals.begin()                      # on the compute stream, before the copy stream forks   # doctest: +SKIP
+>>> signals.signal(slot=0, peer=1)       # on the copy stream, after piece 0's copy to rank 1     # doctest: +SKIP
+>>> signals.wait(slot=0)                 # on the compute stream: every peer's piece 0 has landed  # doctest: +SKIP
 """
 
 from __future__ import annotations
