@@ -116,15 +116,14 @@ def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
 
         arrange()
 
-        def pieces(chunks):  # the first piece as per-shard terms where it splits K, the others on the gathered A
-            k_local, rows = k // world, chunked.pieces(slice(None), m, chunks)
-            if chunked.splits_first_piece(n, k_local):
-                torch.matmul(A_shard[rows[0]], B[rank * k_local:(rank + 1) * k_local], out=out[rows[0]])
-                for peer in (p for p in range(world) if p != rank):
-                    out[rows[0]].addmm_(a_full[rows[0], peer * k_local:(peer + 1) * k_local],
-                                        B[peer * k_local:(peer + 1) * k_local])
-                rows = rows[1:]
-            for piece in rows:
+        def pieces(chunks):  # the first piece as per-shard terms, the others on the gathered A
+            k_local = k // world
+            rows = chunked.pieces(slice(None), m, chunks)
+            torch.matmul(A_shard[rows[0]], B[rank * k_local:(rank + 1) * k_local], out=out[rows[0]])
+            for peer in (p for p in range(world) if p != rank):
+                out[rows[0]].addmm_(a_full[rows[0], peer * k_local:(peer + 1) * k_local],
+                                    B[peer * k_local:(peer + 1) * k_local])
+            for piece in rows[1:]:
                 torch.matmul(a_full[piece], B, out=out[piece])
 
         return Case(lambda config=None: ctx.ops.all_gather_matmul(out, A_shard, B, config=config),

@@ -137,12 +137,10 @@ def shape_rule():
     """The path and pieces :func:`iris.ops.choose_path` gives per op and shape (auto is sequential on the CPU)."""
     ctx = iris.iris("16MiB", backend=BACKEND)
     auto, chunked = iris.ops.FusedConfig(), iris.ops.FusedConfig(variant="chunked")
-    inner = 4096  # A's columns (K per rank; all_gather_matmul's shard width)
-    rule = {f"{op} {shape}": (iris.ops.choose_path(ctx, op, shape, inner, auto),
-                              iris.ops.choose_path(ctx, op, shape, inner, chunked))
+    rule = {f"{op} {shape}": (iris.ops.choose_path(ctx, op, shape, auto), iris.ops.choose_path(ctx, op, shape, chunked))
             for op in ("matmul_all_reduce", "matmul_reduce_scatter", "matmul_all_gather", "all_gather_matmul")
-            for shape in ((2048, 8192), (8192, 4096), (8192, 28672), (300, 64))}
-    rule["given"] = iris.ops.choose_path(ctx, "matmul_all_reduce", (300, 64), inner, iris.ops.FusedConfig(chunks=3))
+            for shape in ((2048, 8192), (8192, 4096), (300, 64))}
+    rule["given"] = iris.ops.choose_path(ctx, "matmul_all_reduce", (300, 64), iris.ops.FusedConfig(chunks=3))
     ctx.barrier()
     return {"rank": ctx.cur_rank, "rule": rule}
 

@@ -53,8 +53,10 @@ CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather, "all_gather_matmul": 
 # The chunked path's pieces, from a sweep of 2, 4 and 8 pieces on 2xH200, bf16 (benchmarks/RESULTS.md "fused_ops
 # (2 GPUs, pieces of the chunked path)"): pieces under about 512 rows or 4M elements of output (two waves of
 # 128 x 128 tiles on 132 SMs) lost more GEMM efficiency than they gained overlap; beyond 4 pieces, nothing gained.
-# all_gather_matmul with its first piece splitting K was fastest in 2 pieces at every shape (by up to 9%).
-PIECE_ROWS, PIECE_ELEMENTS, MAX_PIECES, SPLIT_MAX_PIECES = 512, 4 << 20, 4, 2
+# all_gather_matmul, whose first piece splits K, was fastest in 2 pieces at every shape (by up to 9%). A first
+# piece that waits for its rows instead of splitting K (in up to 4 pieces) was slower: 1.13x S at (M, N, K) =
+# (2048, 28672, 8192), and no faster at (8192, 28672, 8192), where the split's extra pass over the output costs most.
+PIECE_ROWS, PIECE_ELEMENTS, DEFAULT_MAX_PIECES, MAX_PIECES = 512, 4 << 20, 4, {"all_gather_matmul": 2}
 
 
 def matmul_all_reduce(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
@@ -137,20 +139,18 @@ def matmul_reduce_scatter(ctx, out, A, B, bias=None, async_op=False, config=None
 
 
 # -- checks and dispatch --------------------------------------------------------------------------------------
-def choose_path(ctx, op: str, out_shape, inner: int, config: FusedConfig) -> tuple[str, int]:
+def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int]:
     """``(path, pieces)`` of a call: ``config.variant`` and ``config.chunks`` where they say, else by the shape.
 
     The chunked path cuts the rows that each rank computes for one destination (its row block for
     matmul_all_reduce, the whole product for matmul_reduce_scatter's column blocks and all_gather_matmul,
     its own rows for matmul_all_gather) into pieces of at least :data:`PIECE_ROWS` rows and
-    :data:`PIECE_ELEMENTS` elements, at most :data:`MAX_PIECES` (2 for all_gather_matmul when its first
-    piece splits K, :func:`iris.ops.chunked.splits_first_piece`, whose ``K_local`` is ``inner``, A's columns).
-    ``"auto"`` takes it on GPUs when there are at least 2 pieces (something to overlap), else the sequential
-    path.
+    :data:`PIECE_ELEMENTS` elements, at most 4 (2 for all_gather_matmul: :data:`MAX_PIECES`). ``"auto"``
+    takes it on GPUs when there are at least 2 pieces (something to overlap), else the sequential path.
 
     Examples
     --------
-    >>> choose_path(ctx, "matmul_all_reduce", (8192, 8192), 4096, FusedConfig())     # on 2 GPUs   # doctest: +SKIP
+    >>> choose_path(ctx, "matmul_all_reduce", (8192, 8192), FusedConfig())     # on 2 GPUs   # doctest: +SKIP
     ('chunked', 4)
     """
     world = ctx.num_ranks
@@ -159,9 +159,7 @@ def choose_path(ctx, op: str, out_shape, inner: int, config: FusedConfig) -> tup
         rows = -(-rows // world)
     elif op == "matmul_all_gather":
         rows //= world
-    most = MAX_PIECES
-    if op == "all_gather_matmul" and chunked.splits_first_piece(columns, inner):
-        most = SPLIT_MAX_PIECES
+    most = MAX_PIECES.get(op, DEFAULT_MAX_PIECES)
     pieces = config.chunks or max(1, min(most, rows // PIECE_ROWS, rows * columns // PIECE_ELEMENTS))
     if config.variant != "auto":
         return config.variant, pieces
@@ -178,7 +176,7 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) 
     if workspace.key != key:
         raise ValueError(f"rank {ctx.cur_rank}: {op}: this workspace was made for {workspace.key}, not {key}: "
                          "pass the workspace of a call with the same shapes, or none")
-    workspace.path, workspace.pieces = choose_path(ctx, op, tuple(out.shape), A.shape[1], config)
+    workspace.path, workspace.pieces = choose_path(ctx, op, tuple(out.shape), config)
     if workspace.path == "chunked":
         call = functools.partial(CHUNKED[op], ctx, out, A, B, bias, async_op, workspace, workspace.pieces)
     else:

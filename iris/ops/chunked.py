@@ -65,9 +65,8 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
     """``out = A @ B`` with A every rank's ``A_sharded`` side by side along K, gathered into each rank's heap
     buffer ``A`` row piece by row piece: each rank's copy engines write its shard's rows into its columns of
     every rank's ``A`` (2-D copies), each piece followed by its flag; each piece's full-depth GEMM starts once
-    its rows from every rank have landed. Where that is cheaper (:func:`splits_first_piece`) the first piece
-    does not wait: its rows are multiplied as a sum of per-shard terms, this rank's own first (from
-    ``A_sharded`` itself) while the peers' rows land."""
+    its rows from every rank have landed. The first piece does not wait: its rows are multiplied as a sum of
+    per-shard terms, this rank's own first (from ``A_sharded`` itself) while the peers' rows land."""
     rank, world = ctx.cur_rank, ctx.num_ranks
     m, k_local = A_sharded.shape
     if A_sharded.stride(1) != 1 and k_local > 1:  # the copy engines copy rows of unit stride
@@ -75,7 +74,6 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
     gathered = workspace.buffer(ctx, "A", (m, world * k_local), A_sharded.dtype)
     columns = [slice(source * k_local, (source + 1) * k_local) for source in range(world)]
     rows = pieces(slice(None), m, chunks)
-    split = splits_first_piece(B.shape[1], k_local)
     peers = [(rank + step) % world for step in range(1, world)]  # each rank starts with another peer
     signals = _signals(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
@@ -88,43 +86,21 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
             for peer in peers:
                 ctx.heap.copy_2d(ctx.as_remote(gathered, peer)[piece, columns[rank]], A_sharded[piece])
                 signals.signal(slot, peer)
-            if slot > 0 or not split:
+            if slot > 0:
                 ctx.heap.copy_2d(gathered[piece, columns[rank]], A_sharded[piece])
             landed.append(_record(copy))
-    if split:
-        first = rows[0]
-        torch.matmul(A_sharded[first], B[columns[rank]], out=out[first])
-        signals.wait(0)
-        for peer in peers:
-            out[first].addmm_(gathered[first, columns[peer]], B[columns[peer]])
-    for slot, piece in enumerate(rows[1:] if split else rows, start=1 if split else 0):
+    first = rows[0]
+    torch.matmul(A_sharded[first], B[columns[rank]], out=out[first])
+    signals.wait(0)
+    for peer in peers:
+        out[first].addmm_(gathered[first, columns[peer]], B[columns[peer]])
+    for slot, piece in enumerate(rows[1:], start=1):
         _wait_event(compute, landed[slot])
         signals.wait(slot)
         torch.matmul(gathered[piece], B, out=out[piece])
     if bias is not None:
         out += bias
     _wait(compute, copy)
-
-
-# How many times faster HBM moves bytes than the copy engines move them over NVLink: H200's 4.8 TB/s against the
-# 385-392 GB/s that copy-engine pushes reached on 2xH200 (benchmarks/RESULTS.md "fused_ops", link column).
-HBM_OVER_LINK = 12
-
-
-def splits_first_piece(n: int, k_local: int) -> bool:
-    """Whether all_gather_matmul's first piece splits K rather than wait for its rows.
-
-    Splitting costs a second pass over the piece's output per peer (``addmm_`` reads and writes rows x N
-    elements in HBM); waiting costs the peers' rows of the piece (rows x K_local elements per peer over
-    NVLink). So split while ``2 N / HBM < K_local / link``. On 2xH200, splitting cost an (8192, 28672) product
-    124 µs (K_local = 4096), where the rows would take about 90 µs to land.
-
-    Examples
-    --------
-    >>> splits_first_piece(8192, 4096), splits_first_piece(28672, 4096)
-    (True, False)
-    """
-    return 2 * n < HBM_OVER_LINK * k_local
 
 
 def matmul_all_reduce(ctx, out, A, B, bias, async_op, workspace, chunks: int):
