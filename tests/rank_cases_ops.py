@@ -144,3 +144,40 @@ def shape_rule():
     ctx.barrier()
     return {"rank": ctx.cur_rank, "rule": rule}
 
+
+
+
+def odd_layouts():
+    """Inputs that are views (a column-major A or A_sharded, a column slice of a wider matrix for B), every op on
+    the chunked path against the sequential path on contiguous copies; then two shapes of matmul_all_reduce
+    and matmul_all_gather alternating, three rounds (on GPUs repeated calls replay CUDA graphs, and calls of the
+    other shape in between must not break them)."""
+    ctx = iris.iris("64MiB", backend=BACKEND)
+    rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
+    chunked = iris.ops.FusedConfig(variant="chunked", chunks=2)
+    gen = torch.Generator().manual_seed(50 + rank)
+    A = torch.randn(6, 9, generator=gen).to(device).t()  # (9, 6), strides (1, 9)
+    B = torch.randn(6, 4 * world, generator=gen).to(device)[:, :2 * world]  # rows 4 * world apart
+    B_full = torch.randn(6 * world, 4, generator=torch.Generator().manual_seed(60)).to(device)
+    errors = {}
+    for name, a, b, out_shape in (("all_gather_matmul", A, B_full, (9, 4)),
+                                  ("matmul_all_reduce", A, B, (9, 2 * world)),
+                                  ("matmul_reduce_scatter", A, B, (9, 2)),
+                                  ("matmul_all_gather", A, B, (9 * world, 2 * world))):
+        op = getattr(ctx.ops, name)
+        got, want = ctx.zeros(*out_shape), ctx.zeros(*out_shape)
+        op(got, a, b, config=chunked)
+        op(want, a.contiguous(), b.contiguous(), config=iris.ops.FusedConfig(variant="sequential"))
+        errors[name] = (got.cpu() - want.cpu()).abs().max().item()
+    for round_ in range(3):
+        for m in (8, 12):
+            As, Bs = _inputs((m, 5), world, torch.float32, device, 70 + m), _inputs((5, 6), world, torch.float32,
+                                                                                 device, 80)
+            out, gathered = ctx.zeros(m, 6), ctx.zeros(m * world, 6)
+            ctx.ops.matmul_all_reduce(out, As[rank], Bs[rank])
+            ctx.ops.matmul_all_gather(gathered, As[rank], Bs[rank])
+            _close(out, sum(a @ b for a, b in zip(As, Bs, strict=True)), torch.float32, f"all_reduce m={m}")
+            _close(gathered, torch.cat([a @ b for a, b in zip(As, Bs, strict=True)]), torch.float32,
+                   f"all_gather m={m} round {round_}")
+    ctx.barrier()
+    return {"rank": rank, "errors": errors}

@@ -78,7 +78,8 @@ def test_as_remote_reads_and_writes_reach_the_owner(world):
     assert f"rank {world} is out of range: the valid ranks are 0 to {world - 1}" in errors[0]
     assert "ctx.zeros" in errors[-2]
     assert errors[-1].startswith("rank 0: copy_2d takes two 2-D blocks of one shape and dtype with unit column "
-                                 "stride, got [2, 6] torch.float32 strides (1, 8)")
+                                 "stride and rows apart, got [2, 6] torch.float32 strides (1, 8)")
+    assert errors[-1].endswith("call .contiguous() on a transposed or expanded one")
 
 
 def test_free_and_reuse_through_a_small_heap():

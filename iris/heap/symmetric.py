@@ -257,14 +257,16 @@ class SymmetricHeap:
         return raw.view(tensor.dtype).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
     def copy_2d(self, dst: torch.Tensor, src: torch.Tensor) -> None:
-        """``dst.copy_(src)`` for 2-D blocks of one dtype with unit column stride (e.g. a column block of a
-        matrix), in stream order; on GPUs by the copy engines, taking no SM. Either may be a peer's view
-        (:meth:`as_remote`) or any tensor on this rank's device."""
-        if dst.shape != src.shape or dst.dim() != 2 or dst.dtype != src.dtype or 1 not in (
-                dst.stride(1), dst.shape[1]) or 1 not in (src.stride(1), src.shape[1]):
+        """``dst.copy_(src)`` for 2-D blocks of one dtype with unit column stride and rows that do not overlap
+        (e.g. a column block of a matrix), in stream order; on GPUs by the copy engines, taking no SM. Either
+        may be a peer's view (:meth:`as_remote`) or any tensor on this rank's device."""
+        rows_apart = all(t.dim() == 2 and (t.stride(1) == 1 or t.shape[1] == 1) and (
+            t.stride(0) >= t.shape[1] or t.shape[0] == 1) for t in (dst, src))
+        if dst.shape != src.shape or dst.dtype != src.dtype or not rows_apart:
             raise ValueError(f"rank {self.rank}: copy_2d takes two 2-D blocks of one shape and dtype with unit "
-                             f"column stride, got {list(dst.shape)} {dst.dtype} strides {dst.stride()} and "
-                             f"{list(src.shape)} {src.dtype} strides {src.stride()}")
+                             f"column stride and rows apart, got {list(dst.shape)} {dst.dtype} strides {dst.stride()} "
+                             f"and {list(src.shape)} {src.dtype} strides {src.stride()}: call .contiguous() on a "
+                             "transposed or expanded one")
         self.memory.copy_2d(dst, src)
 
     # -- inspection -------------------------------------------------------------------------------

@@ -51,12 +51,16 @@ __all__ = ["FusedConfig", "Workspace", "all_gather_matmul", "choose_path", "matm
 CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather, "all_gather_matmul": chunked.all_gather_matmul,
            "matmul_all_reduce": chunked.matmul_all_reduce, "matmul_reduce_scatter": chunked.matmul_reduce_scatter}
 # The chunked path's pieces, from a sweep of 2, 4 and 8 pieces on 2xH200, bf16 (benchmarks/RESULTS.md "fused_ops
-# (2 GPUs, pieces of the chunked path)"): pieces under about 512 rows or 4M elements of output (two waves of
-# 128 x 128 tiles on 132 SMs) lost more GEMM efficiency than they gained overlap; beyond 4 pieces, nothing gained.
-# all_gather_matmul, whose first piece splits K, was fastest in 2 pieces at every shape (by up to 9%). A first
-# piece that waits for its rows instead of splitting K (in up to 4 pieces) was slower: 1.13x S at (M, N, K) =
-# (2048, 28672, 8192), and no faster at (8192, 28672, 8192), where the split's extra pass over the output costs most.
-PIECE_ROWS, PIECE_ELEMENTS, DEFAULT_MAX_PIECES, MAX_PIECES = 512, 4 << 20, 4, {"all_gather_matmul": 2}
+# (2 GPUs, pieces of the chunked path)"), each count timed once, in that order (later ones on a hotter GPU):
+# * pieces under about 512 rows or 4M elements of output (two waves of 128 x 128 tiles on 132 SMs) lost more GEMM
+#   efficiency than they gained overlap: at M = 2048, 8 pieces were up to 2x slower than 2;
+# * at M = 8192, 8 pieces were at most 2% faster than 4 (within the run-to-run noise), so at most 4;
+# * matmul_reduce_scatter and all_gather_matmul were fastest in 2 pieces at all 6 shapes (one tie), by up to 9%
+#   and 10%: at most 2 for them. (all_gather_matmul's first piece splits K; letting it wait for its rows
+#   instead, in up to 4 pieces, was 1.13x S at (M, N, K) = (2048, 28672, 8192) and no faster at (8192, 28672,
+#   8192).)
+PIECE_ROWS, PIECE_ELEMENTS, DEFAULT_MAX_PIECES = 512, 4 << 20, 4
+MAX_PIECES = {"matmul_reduce_scatter": 2, "all_gather_matmul": 2}
 
 
 def matmul_all_reduce(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
@@ -145,7 +149,7 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int]
     The chunked path cuts the rows that each rank computes for one destination (its row block for
     matmul_all_reduce, the whole product for matmul_reduce_scatter's column blocks and all_gather_matmul,
     its own rows for matmul_all_gather) into pieces of at least :data:`PIECE_ROWS` rows and
-    :data:`PIECE_ELEMENTS` elements, at most 4 (2 for all_gather_matmul: :data:`MAX_PIECES`). ``"auto"``
+    :data:`PIECE_ELEMENTS` elements, at most 4 (2 for some ops: :data:`MAX_PIECES`). ``"auto"``
     takes it on GPUs when there are at least 2 pieces (something to overlap), else the sequential path.
 
     Examples
@@ -182,7 +186,8 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) 
     else:
         call = functools.partial(implementation, ctx, out, A, B, bias, async_op, workspace)
     replay_key = call_key((out, A, B, bias), workspace.path, workspace.pieces, async_op)
-    workspace.graphs.run(replay_key, call, cuda=ctx.backend == "cuda")
+    workspace.graphs.run(replay_key, call, cuda=ctx.backend == "cuda",
+                         state=lambda: (id(workspace.signals), id(workspace.collective)))
     return workspace
 
 

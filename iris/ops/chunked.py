@@ -69,7 +69,7 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
     per-shard terms, this rank's own first (from ``A_sharded`` itself) while the peers' rows land."""
     rank, world = ctx.cur_rank, ctx.num_ranks
     m, k_local = A_sharded.shape
-    if A_sharded.stride(1) != 1 and k_local > 1:  # the copy engines copy rows of unit stride
+    if A_sharded.stride(1) != 1 or A_sharded.stride(0) < k_local:  # the copy engines copy whole rows, apart
         A_sharded = A_sharded.contiguous()
     gathered = workspace.buffer(ctx, "A", (m, world * k_local), A_sharded.dtype)
     columns = [slice(source * k_local, (source + 1) * k_local) for source in range(world)]
@@ -86,9 +86,9 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
             for peer in peers:
                 ctx.heap.copy_2d(ctx.as_remote(gathered, peer)[piece, columns[rank]], A_sharded[piece])
                 signals.signal(slot, peer)
-            if slot > 0:
+            if slot > 0:  # (the first piece multiplies A_sharded itself)
                 ctx.heap.copy_2d(gathered[piece, columns[rank]], A_sharded[piece])
-            landed.append(_record(copy))
+            landed.append(_record(copy) if slot > 0 else None)
     first = rows[0]
     torch.matmul(A_sharded[first], B[columns[rank]], out=out[first])
     signals.wait(0)
@@ -164,7 +164,10 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, blocks, s
     peers = [peer for peer in range(world) if peer != rank]
     for slot, piece in enumerate(pieces(rows, target.shape[0], chunks)):
         signals.wait(slot)  # every peer's piece has landed
-        target[piece].addmm_(A[piece], B[:, columns])
+        if peers:
+            target[piece].addmm_(A[piece], B[:, columns])  # onto the piece that rank + 1 pushed into target
+        else:
+            torch.matmul(A[piece], B[:, columns], out=target[piece])  # one rank: nobody pushed
         for source in peers:
             if source != (rank + 1) % world:
                 target[piece] += received[source][piece]
@@ -191,7 +194,8 @@ def pieces(rows: slice, length: int, chunks: int) -> list[slice]:
 
 def _signals(ctx, workspace, slots: int) -> PieceSignals:
     """The workspace's per-piece flags, with at least ``slots`` slots (allocated on first use, or when a call
-    needs more: collective, as every rank makes the same calls)."""
+    needs more: collective, as every rank makes the same calls; the workspace's CUDA graphs of calls with the
+    old flags are then dropped by :mod:`iris.ops.graphs`)."""
     if workspace.signals is None or workspace.signals.slots < slots:
         workspace.signals = PieceSignals(ctx, workspace.key, slots)
     return workspace.signals

@@ -83,6 +83,12 @@ class Workspace:
         Heap buffers (the local product, the gathered input...).
     collective : iris.ccl.Workspace or None
         The collective's own workspace, passed back to it.
+    copy_stream : torch.cuda.Stream or None
+        The chunked path's second stream (GPUs).
+    signals : iris.ops.signals.PieceSignals or None
+        The chunked path's per-piece flags.
+    graphs : iris.ops.graphs.CallGraphs
+        CUDA graphs of repeated eager calls.
     """
 
     key: tuple
@@ -90,9 +96,9 @@ class Workspace:
     pieces: int = 1
     buffers: dict = field(default_factory=dict)
     collective: object = None
-    copy_stream: object = None  # the chunked path's second stream (GPU)
-    signals: object = None  # the chunked path's per-piece flags (iris.ops.signals.PieceSignals)
-    graphs: CallGraphs = field(default_factory=CallGraphs)  # repeated calls replay these (iris.ops.graphs)
+    copy_stream: object = None
+    signals: object = None
+    graphs: CallGraphs = field(default_factory=CallGraphs)
 
     def wait(self) -> None:
         """After a call with ``async_op=True``: wait (in stream order) until its collective has finished."""

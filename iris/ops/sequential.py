@@ -2,15 +2,18 @@
 
 Each function takes checked arguments (see :mod:`iris.ops`) and the op's :class:`~iris.ops.config.Workspace`.
 The collectives are :mod:`iris.ccl`'s (faster than NCCL for these sizes when eager, and CUDA-graph capturable),
-so this path is also the baseline the fused path must beat: "a matmul followed by a collective", with no
-overlap between the two.
+so this path is also the baseline the chunked path must beat: "a matmul followed by a collective", with no
+overlap between the two. Each op keeps its collective's workspace in its own (``workspace.collective``), not in
+``ctx.ccl``'s cache of one per collective: calls of other shapes in between must not replace it, or a CUDA
+graph of the call (:mod:`iris.ops.graphs`) would allocate while capturing.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..ccl.reduce_scatter import chunk_size
+from ..ccl.all_gather import all_gather
+from ..ccl.reduce_scatter import chunk_size, reduce_scatter
 
 
 def _into(out: torch.Tensor, result: torch.Tensor) -> None:
@@ -37,7 +40,7 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace):
     shard = workspace.on_heap(ctx, "shard", A_sharded)
     _into(shard, A_sharded)
     gathered = workspace.buffer(ctx, "gathered", (world * m, k_local), A_sharded.dtype)
-    workspace.collective = ctx.ccl.all_gather(gathered, shard, async_op=False)
+    workspace.collective = all_gather(gathered, shard, ctx, workspace=workspace.collective)
     # Rows [r*M, (r+1)*M) hold rank r's shard: columns [r*K_local, (r+1)*K_local) of A.
     a_full = gathered.view(world, m, k_local).transpose(0, 1).reshape(m, world * k_local)
     torch.matmul(a_full, B, out=out)
@@ -52,7 +55,7 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace):
     if bias is not None:
         local += bias
     gathered = workspace.on_heap(ctx, "gathered", out)
-    workspace.collective = ctx.ccl.all_gather(gathered, local, async_op=async_op)
+    workspace.collective = all_gather(gathered, local, ctx, async_op=async_op, workspace=workspace.collective)
     _wait_if_async(workspace, async_op, gathered is not out)
     _into(out, gathered)
 
@@ -67,7 +70,7 @@ def matmul_reduce_scatter(ctx, out, A, B, bias, async_op, workspace):
     blocks = workspace.buffer(ctx, "blocks", (world, block), out.dtype)
     for j in range(world):
         torch.matmul(A, B[:, j * n_local:(j + 1) * n_local], out=blocks[j, :m * n_local].view(m, n_local))
-    workspace.collective = ctx.ccl.reduce_scatter(blocks, blocks, async_op=False)
+    workspace.collective = reduce_scatter(blocks, blocks, ctx, workspace=workspace.collective)
     out.copy_(blocks[rank, :m * n_local].view(m, n_local))
     if bias is not None:
         out += bias[rank * n_local:(rank + 1) * n_local]
