@@ -116,14 +116,15 @@ def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
         dist.all_gather_into_tensor(gathered_t, shard_t)
         a_full = gathered_t.t().contiguous()  # (the pieces below read A row-major, as ours does)
 
-        def pieces(chunks):  # the first piece as per-shard terms, the other rows in one GEMM on the gathered A
+        def pieces(chunks):  # the first piece as per-shard terms, the others on the gathered A
             k_local = k // world
             rows = chunked.pieces(slice(None), m, chunks)
             torch.matmul(A_shard[rows[0]], B[rank * k_local:(rank + 1) * k_local], out=out[rows[0]])
             for peer in (p for p in range(world) if p != rank):
                 out[rows[0]].addmm_(a_full[rows[0], peer * k_local:(peer + 1) * k_local],
                                     B[peer * k_local:(peer + 1) * k_local])
-            torch.matmul(a_full[rows[0].stop:], B, out=out[rows[0].stop:])
+            for piece in rows[1:]:
+                torch.matmul(a_full[piece], B, out=out[piece])
 
         gemm = lambda: torch.matmul(gathered_t.t(), B, out=out)  # noqa: E731
         gather = lambda: dist.all_gather_into_tensor(gathered_t, shard_t)  # noqa: E731

@@ -55,12 +55,13 @@ CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather, "all_gather_matmul": 
 # * pieces under about 512 rows or 4M elements of output (two waves of 128 x 128 tiles on 132 SMs) lost more GEMM
 #   efficiency than they gained overlap: at M = 2048, 8 pieces were up to 2x slower than 2;
 # * at M = 8192, 8 pieces were at most 2% faster than 4 (within the run-to-run noise), so at most 4;
-# * matmul_reduce_scatter was fastest in 2 pieces at all 6 shapes (one tie), by up to 9%: at most 2 for it.
-# all_gather_matmul splits K for its first piece only and multiplies the rest in one GEMM, so more pieces make
-# that first piece smaller. (Letting the first piece wait for its rows instead of splitting K, in up to 4 pieces,
-# was 1.13x S at (M, N, K) = (2048, 28672, 8192) and no faster at (8192, 28672, 8192).)
+# * matmul_reduce_scatter and all_gather_matmul were fastest in 2 pieces at all 6 shapes (one tie), by up to 9%
+#   and 10%: at most 2 for them. (all_gather_matmul's first piece splits K. Two variants measured slower on
+#   2xH200: letting the first piece wait for its rows instead, in up to 4 pieces, was 1.13x S at (M, N, K) =
+#   (2048, 28672, 8192) and no faster at (8192, 28672, 8192); a first quarter of M split and the rest in one
+#   GEMM was 1.09x S at (2048, 28672, 8192) and 0.01-0.02 S slower at the three M = 8192 shapes.)
 PIECE_ROWS, PIECE_ELEMENTS, DEFAULT_MAX_PIECES = 512, 4 << 20, 4
-MAX_PIECES = {"matmul_reduce_scatter": 2}
+MAX_PIECES = {"matmul_reduce_scatter": 2, "all_gather_matmul": 2}
 
 
 def matmul_all_reduce(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:

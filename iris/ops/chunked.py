@@ -3,9 +3,9 @@ stream while the next piece computes. Every copy between ranks is a peer-to-peer
 (``ctx.as_remote(t, peer)[rows].copy_(t[rows])``), done by the copy engines: it takes no SM from the GEMM.
 
 * :func:`matmul_all_gather`: row pieces, each finished piece pushed into every peer's ``out`` (on the heap);
-* :func:`all_gather_matmul`: A gathered into every rank's heap in two parts (2-D copies of each shard into its
-  columns) while the first part (1 / chunks of the rows) is multiplied as a sum of per-shard terms, starting
-  at once with this rank's own; then one full-depth GEMM for the rest, once its flags say it has landed;
+* :func:`all_gather_matmul`: A gathered row piece by row piece into every rank's heap (2-D copies of each
+  shard into its columns), each piece's full-depth GEMM started once its flags say it has landed; the first
+  piece, as a sum of per-shard terms, starts at once with this rank's own;
 * :func:`matmul_reduce_scatter` and :func:`matmul_all_reduce`: each rank computes its peers' blocks of its
   product first, in pieces pushed to their owners as they finish, then its own block, adding its product in
   place (``addmm_``) onto the peers' pieces, each waited for by its flag (:mod:`iris.ops.signals`) just
@@ -63,39 +63,41 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int):
 
 def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks: int):
     """``out = A @ B`` with A every rank's ``A_sharded`` side by side along K, gathered into each rank's heap
-    buffer ``A`` in two parts, the first ``1 / chunks`` of the rows and the rest: each rank's copy engines
-    write its shard's rows into its columns of every rank's ``A`` (2-D copies), each part followed by its flag.
-    The first part's rows are multiplied as a sum of per-shard terms, this rank's own at once (from
-    ``A_sharded`` itself), each peer's as its rows land; meanwhile the rest lands, and one full-depth GEMM
-    multiplies it. Only the first part pays for splitting K (shorter GEMMs, a second pass over its output)."""
+    buffer ``A`` row piece by row piece: each rank's copy engines write its shard's rows into its columns of
+    every rank's ``A`` (2-D copies), each piece followed by its flag; each piece's full-depth GEMM starts once
+    its rows from every rank have landed. The first piece does not wait: its rows are multiplied as a sum of
+    per-shard terms, this rank's own first (from ``A_sharded`` itself) while the peers' rows land."""
     rank, world = ctx.cur_rank, ctx.num_ranks
     m, k_local = A_sharded.shape
     if A_sharded.stride(1) != 1 or A_sharded.stride(0) < k_local:  # the copy engines copy whole rows, apart
         A_sharded = A_sharded.contiguous()
     gathered = workspace.buffer(ctx, "A", (m, world * k_local), A_sharded.dtype)
     columns = [slice(source * k_local, (source + 1) * k_local) for source in range(world)]
-    first = pieces(slice(None), m, chunks)[0]
-    rest = slice(first.stop, m)
+    rows = pieces(slice(None), m, chunks)
     peers = [(rank + step) % world for step in range(1, world)]  # each rank starts with another peer
-    signals = _signals(ctx, workspace, 2)
+    signals = _signals(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
     signals.begin()
+    landed = []  # per piece: this rank's own rows are in place
     with _on(copy):
         _wait(copy, compute)  # the inputs are ready
         ctx.device_barrier()  # every rank's GEMMs of the last call are done with its A
-        for slot, part in enumerate((first, rest)):
+        for slot, piece in enumerate(rows):
             for peer in peers:
-                ctx.heap.copy_2d(ctx.as_remote(gathered, peer)[part, columns[rank]], A_sharded[part])
+                ctx.heap.copy_2d(ctx.as_remote(gathered, peer)[piece, columns[rank]], A_sharded[piece])
                 signals.signal(slot, peer)
-        ctx.heap.copy_2d(gathered[rest, columns[rank]], A_sharded[rest])  # (the first part reads A_sharded)
-        own_rows_copied = _record(copy)
+            if slot > 0:  # (the first piece multiplies A_sharded itself)
+                ctx.heap.copy_2d(gathered[piece, columns[rank]], A_sharded[piece])
+            landed.append(_record(copy) if slot > 0 else None)
+    first = rows[0]
     torch.matmul(A_sharded[first], B[columns[rank]], out=out[first])
     signals.wait(0)
     for peer in peers:
         out[first].addmm_(gathered[first, columns[peer]], B[columns[peer]])
-    _wait_event(compute, own_rows_copied)
-    signals.wait(1)
-    torch.matmul(gathered[rest], B, out=out[rest])
+    for slot, piece in enumerate(rows[1:], start=1):
+        _wait_event(compute, landed[slot])
+        signals.wait(slot)
+        torch.matmul(gathered[piece], B, out=out[piece])
     if bias is not None:
         out += bias
     _wait(compute, copy)

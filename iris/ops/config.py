@@ -33,8 +33,8 @@ class FusedConfig:
         so that upstream code runs unchanged; no path here reads them: the GEMM pieces are cuBLAS's and the
         transfers the copy engines', which take no SM.
     chunks : int or None
-        Pieces of the chunked path (row pieces of each rank's block of the product; all_gather_matmul splits K
-        for its first 1 / chunks of M only); None: by the shape (:func:`iris.ops.choose_path`).
+        Pieces of the chunked path (row pieces of each rank's block of the product; all_gather_matmul's first
+        piece is 1 / chunks of M); None: by the shape (:func:`iris.ops.choose_path`).
     variant : {"auto", "sequential", "chunked"}
         The path: ``"sequential"`` runs ``torch.matmul`` into a heap buffer, then iris's collective
         (:mod:`iris.ccl`); ``"chunked"`` runs each piece's communication on a second stream while the next
