@@ -84,14 +84,19 @@ def _itemsize(pointers):
     return max(1, pointers.get_element_ty().primitive_bitwidth // 8)  # int1 is stored in a byte
 
 
+def _tell_access(kind: str, ptrs, mask) -> None:
+    """Tell every observer about a plain load or store (nothing to do, and nothing computed, without one)."""
+    if _observers:
+        addresses, lanes = _lanes(ptrs, mask)
+        for observer in list(_observers):
+            observer.access(kind, addresses, lanes, _itemsize(ptrs))
+
+
 def _observed_load(create_masked_load):
     @functools.wraps(create_masked_load)
     def load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
         result = create_masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
-        if _observers:
-            addresses, lanes = _lanes(ptrs, mask)
-            for observer in list(_observers):
-                observer.access("load", addresses, lanes, _itemsize(ptrs))
+        _tell_access("load", ptrs, mask)
         return result
 
     return load
@@ -101,10 +106,7 @@ def _observed_store(create_masked_store):
     @functools.wraps(create_masked_store)
     def store(self, ptrs, value, mask, cache_modifier, eviction_policy):
         result = create_masked_store(self, ptrs, value, mask, cache_modifier, eviction_policy)
-        if _observers:
-            addresses, lanes = _lanes(ptrs, mask)
-            for observer in list(_observers):
-                observer.access("store", addresses, lanes, _itemsize(ptrs))
+        _tell_access("store", ptrs, mask)
         return result
 
     return store
