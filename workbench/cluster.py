@@ -413,18 +413,26 @@ class Workbench:
         """Send SIGINT to ``ranks``' engine processes (through each engine's nanny, so any launcher works)."""
         self.client.send_signal(signal.SIGINT, targets=[self.engine_ids[r] for r in ranks], block=True)
 
-    def exit_status(self, rank: int) -> str | None:
+    def exit_status(self, rank: int, wait: float = 0.0) -> str | None:
         """None while ``rank``'s engine runs, else how it ended (``"SIGSEGV"``, ``"exit code 1"``...).
 
-        Only engines on this host are watched; elsewhere ipyparallel reports a dead engine itself.
+        Only engines on this host are watched; elsewhere ipyparallel reports a dead engine itself. ``wait``
+        seconds are spent waiting for a watched engine to end: ipyparallel can learn of a death (from the
+        engine's nanny) before this host has ended the process, e.g. while it writes a core dump.
         """
         info = self.rank_info[rank] if rank < len(self.rank_info) else None
         if info is None or info["host"] != socket.gethostname():
             return None
         launcher = self._launchers.get(info["pid"])
-        if launcher is None:
-            return None if process_alive(info["pid"]) else "exited"
-        return _peek_exit(launcher.process)
+        deadline = time.monotonic() + wait
+        while True:
+            if launcher is None:
+                how = None if process_alive(info["pid"]) else "exited"
+            else:
+                how = _peek_exit(launcher.process)
+            if how is not None or time.monotonic() >= deadline:
+                return how
+            time.sleep(0.05)
 
     def _local_processes(self) -> dict:
         """pid -> psutil.Process of engines this notebook started itself (their exit codes are readable)."""

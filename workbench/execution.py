@@ -25,6 +25,8 @@ from .report import CellReport, RankError, RankResult, ranks_phrase
 
 POLL_SECONDS = 0.05
 OUTPUT_SECONDS = 2.0
+# How long to wait for the exit status of an engine that ipyparallel says died (Workbench.exit_status).
+EXIT_STATUS_SECONDS = 10.0
 
 
 def run_cell(wb, source: str, filename: str, ranks: list[int], timeout: float) -> CellReport:
@@ -112,8 +114,10 @@ def _result_of(wb, rank: int, request) -> RankResult:
     try:
         outcome = request.get(0)
     except Exception as exc:  # the engine itself failed: it died, or the result could not be sent back
-        how = wb.exit_status(rank)
-        if how is not None or type(exc).__name__ == "EngineError":
+        # ipyparallel raises EngineError itself, or (a task stranded on a dead engine) a RemoteError naming it
+        engine_died = "EngineError" in (type(exc).__name__, getattr(exc, "ename", None))
+        how = wb.exit_status(rank, wait=EXIT_STATUS_SECONDS if engine_died else 0.0)
+        if how is not None or engine_died:
             return RankResult(rank, "died", detail=how or "engine unregistered")
         message = _remote_message(exc)
         return RankResult(rank, "error", error={"type": type(exc).__name__, "message": message,
