@@ -4,7 +4,7 @@ Run with one rank per GPU::
 
     torchrun --nproc_per_node=2 benchmarks/fused_ops.py            # the issue's shapes, bf16
     torchrun --nproc_per_node=2 benchmarks/fused_ops.py --small    # a quick look at small shapes
-    torchrun --nproc_per_node=2 benchmarks/fused_ops.py --chunks 2,4,8   # the chunked path per piece count
+    torchrun --nproc_per_node=2 benchmarks/fused_ops.py --chunks 2,4 --growth 1,0.5   # the chunked path per cut
     python benchmarks/fused_ops.py --report benchmarks/fused_ops_2gpu.json   # table and plot again, from a run
 
 Per op and shape, each rank's operands split as the op implies (K split for matmul_all_reduce and
@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.allreduce import host_cost, measure  # noqa: E402
 from benchmarks.results import RESULTS, environment, write_section  # noqa: E402
-from iris.ops import chunked  # noqa: E402
+from iris.ops.pieces import split  # noqa: E402
 
 SHAPES = [(m, n, k) for m in (2048, 8192) for n, k in ((8192, 8192), (28672, 8192), (8192, 28672))]
 SMALL_SHAPES = [(256, 512, 512), (1024, 2048, 1024)]
@@ -74,7 +74,8 @@ class Case:
     fused : callable or None
         torch symmetric memory's fused op, where torch has one.
     pieces : callable
-        ``pieces(chunks)``: the chunked path's GEMMs alone, cut as that path cuts them, without communication.
+        ``pieces(chunks, growth)``: the chunked path's GEMMs alone, cut as that path cuts them, without
+        communication.
     received : int
         Bytes each rank receives from its peers (the op's communication).
     sequence : callable
@@ -102,7 +103,8 @@ def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
         out, product = ctx.zeros(m, n, dtype=dtype), torch.empty(m, n, dtype=dtype, device=dev)
         return Case(lambda config=None: ctx.ops.matmul_all_reduce(out, A, B, config=config),
                     lambda: torch.matmul(A, B, out=product), lambda: dist.all_reduce(product), None,
-                    lambda chunks: reduction_pieces(A, B, product.view(1, m, n), rank, world, chunks, by_rows=True),
+                    lambda chunks, growth: reduction_pieces(A, B, product.view(1, m, n), rank, world, chunks, growth,
+                                                            by_rows=True),
                     2 * (world - 1) * m * n * size // world)
     if op == "all_gather_matmul":
         A_shard, B = randn(m, k // world), randn(k, n)
@@ -116,9 +118,9 @@ def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
         dist.all_gather_into_tensor(gathered_t, shard_t)
         a_full = gathered_t.t().contiguous()  # (the pieces below read A row-major, as ours does)
 
-        def pieces(chunks):  # the first piece as per-shard terms, the others on the gathered A
+        def pieces(chunks, growth):  # the first piece as per-shard terms, the others on the gathered A
             k_local = k // world
-            rows = chunked.pieces(slice(None), m, chunks)
+            rows = split(slice(None), m, chunks, growth)
             torch.matmul(A_shard[rows[0]], B[rank * k_local:(rank + 1) * k_local], out=out[rows[0]])
             for peer in (p for p in range(world) if p != rank):
                 out[rows[0]].addmm_(a_full[rows[0], peer * k_local:(peer + 1) * k_local],
@@ -136,8 +138,8 @@ def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
         gathered = torch.empty(m, n, dtype=dtype, device=dev)
         out = ctx.zeros(m, n, dtype=dtype)
 
-        def pieces(chunks):
-            for piece in chunked.pieces(slice(None), m // world, chunks):
+        def pieces(chunks, growth):
+            for piece in split(slice(None), m // world, chunks, growth):
                 torch.matmul(A[piece], B, out=local[piece])
 
         return Case(lambda config=None: ctx.ops.matmul_all_gather(out, A, B, config=config),
@@ -151,21 +153,21 @@ def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
     return Case(lambda config=None: ctx.ops.matmul_reduce_scatter(out, A, B, config=config),
                 lambda: torch.matmul(A, B, out=product), lambda: dist.reduce_scatter_tensor(scattered, product),
                 _torch_fused("fused_matmul_reduce_scatter", A, B, group),
-                lambda chunks: reduction_pieces(A, B, product.view(world, m, n // world), rank, world, chunks,
-                                                by_rows=False),
+                lambda chunks, growth: reduction_pieces(A, B, product.view(world, m, n // world), rank, world,
+                                                        chunks, growth, by_rows=False),
                 (world - 1) * m * n * size // world)
 
 
-def reduction_pieces(A, B, scratch, rank, world, chunks, by_rows: bool) -> None:
+def reduction_pieces(A, B, scratch, rank, world, chunks, growth, by_rows: bool) -> None:
     """The chunked reductions' GEMMs: every rank's block (row blocks of the product, or column blocks into
     ``scratch[j]``) in ``chunks`` row pieces, this rank's own added in place (``addmm_``), as the path does."""
     m, n = A.shape[0], B.shape[1]
     for j in [(rank + step) % world for step in range(1, world)] + [rank]:
         if by_rows:
-            rows, columns, into = chunked.pieces(slice(None), m, world)[j], slice(None), scratch[0]
+            rows, columns, into = split(slice(None), m, world)[j], slice(None), scratch[0]
         else:
             rows, columns, into = slice(None), slice(j * (n // world), (j + 1) * (n // world)), scratch[j]
-        for piece in chunked.pieces(rows, m, chunks):
+        for piece in split(rows, m, chunks, growth):
             if j == rank:
                 into[piece].addmm_(A[piece], B[:, columns])
             else:
@@ -216,7 +218,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--small", action="store_true", help="small shapes, for a quick look")
     parser.add_argument("--chunks", type=lambda text: [int(c) for c in text.split(",")],
-                        help="instead: time the chunked path with each of these piece counts (e.g. 2,4,8)")
+                        help="instead: time the chunked path cut into each of these piece counts (e.g. 2,4,8)")
+    parser.add_argument("--growth", type=lambda text: [float(g) for g in text.split(",")], default=[None],
+                        help="with --chunks: and each of these growths of the pieces (e.g. 1,0.5,16; default: "
+                        "the op's own, iris.ops.pieces.GROWTH)")
+    parser.add_argument("--ops", type=lambda text: text.split(","), default=list(OPS),
+                        help="only these ops (comma-separated)")
+    parser.add_argument("--shapes", type=lambda text: [tuple(int(d) for d in shape.split("x"))
+                                                       for shape in text.split(",")],
+                        help="only these shapes, MxNxK comma-separated (e.g. 8192x8192x28672)")
     parser.add_argument("--report", metavar="JSON", help="instead: write the table and the plot of a run again, "
                         "from the rows it saved next to RESULTS.md")
     args = parser.parse_args()
@@ -229,11 +239,11 @@ def main() -> None:
     ctx = iris.iris("8GiB" if not args.small else "1GiB", backend="cuda")
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     rows = []
-    for m, n, k in SMALL_SHAPES if args.small else SHAPES:
-        for op in OPS:
+    plans = [(count, growth) for count in args.chunks for growth in args.growth] if args.chunks else None
+    for m, n, k in args.shapes or (SMALL_SHAPES if args.small else SHAPES):
+        for op in args.ops:
             case = operands(op, m, n, k, rank, world, ctx, torch.bfloat16)
-            measured = sweep(ctx, op, (m, n, k), case, args.chunks) if args.chunks else measure_case(ctx, op, (m, n, k),
-                                                                                                     case)
+            measured = sweep(ctx, op, (m, n, k), case, plans) if plans else measure_case(ctx, op, (m, n, k), case)
             rows.append(measured)
             del case
             ctx.ops.release_workspaces()  # the next shape's buffers take their heap space
@@ -241,7 +251,8 @@ def main() -> None:
     if rank == 0:
         name = f"fused_ops ({world} GPUs{', small shapes' if args.small else ''}"
         if args.chunks:
-            write_section(name + ", pieces of the chunked path)", sweep_table(rows, world, args.chunks))
+            only = "" if list(args.ops) == list(OPS) else f": {', '.join(args.ops)}"  # (a sweep per op group)
+            write_section(f"{name}, pieces of the chunked path{only})", sweep_table(rows, world, plans))
         else:
             run = {"environment": environment(), "world": world, "small": args.small, "rows": rows}
             rows_file = RESULTS.parent / f"fused_ops_{world}gpu{'_small' if args.small else ''}.json"
@@ -255,17 +266,29 @@ def measure_case(ctx, op, shape, case: Case) -> dict:
     """Every timing of one op and shape (µs per call, the slowest rank's, median of :data:`ROUNDS`), the path
     and pieces auto took, and the timings that could not be CUDA-graph captured."""
     workspace = case.ours()  # the first call allocates (collective): outside any capture
-    path, chunks = workspace.path, workspace.pieces  # (before a sequential measurement reuses the workspace)
+    # (read before a sequential measurement reuses the workspace)
+    path, chunks, growth = workspace.path, workspace.pieces, workspace.growth
     torch.cuda.synchronize()
     ctx.barrier()
     push, _buffer = copy_engine_push(ctx, case.received)
     calls = {"G": case.gemm, "C": case.collective, "S": case.sequence, "T": case.ours,
-             "torch": case.fused, "GEMM pieces": functools.partial(case.pieces, chunks), "push": push,
+             "torch": case.fused, "GEMM pieces": functools.partial(case.pieces, chunks, growth), "push": push,
              "T seq": functools.partial(case.ours, iris.ops.FusedConfig(variant="sequential")) if path != "sequential"
              else None}
-    # Rounds, each timing every callable once, starting one further along each round, and the median per
-    # callable: a GPU that heats up clocks down (bf16 GEMMs reach the H200's power limit), so whatever ran
-    # first in a single pass would look faster than the rest.
+    timings, eager = rotated_medians(calls)
+    # The host path alone (the GPU idle before each call): above the GPU time, an eager loop waits on the host.
+    timings["S host"], timings["T host"] = (host_cost(calls[key], HOST_CALLS) for key in ("S", "T"))
+    timings["torch"] = timings.get("torch")
+    timings["T seq"] = timings.get("T seq", timings["T"])
+    return {"op": op, "shape": shape, "path": path, "pieces": chunks, "growth": growth, "timings": timings,
+            "received": case.received, "eager": eager}
+
+
+def rotated_medians(calls: dict) -> tuple[dict, list]:
+    """Each callable's µs per call (None ones left out), the median of :data:`ROUNDS` rounds, and the keys of
+    those that could not be captured. Each round times every callable once, starting one further along: a GPU
+    that heats up clocks down (bf16 GEMMs reach the H200's power limit), so whatever ran first in a single pass
+    would look faster than the rest."""
     keys = [key for key, call in calls.items() if call is not None]
     samples, eager = {key: [] for key in keys}, set()
     for round_ in range(ROUNDS):
@@ -274,40 +297,52 @@ def measure_case(ctx, op, shape, case: Case) -> dict:
             samples[key].append(us)
             if not captured:
                 eager.add(key)
-    timings = {key: statistics.median(values) for key, values in samples.items()}
-    # The host path alone (the GPU idle before each call): above the GPU time, an eager loop waits on the host.
-    timings["S host"], timings["T host"] = (host_cost(calls[key], HOST_CALLS) for key in ("S", "T"))
-    timings["torch"] = timings.get("torch")
-    timings["T seq"] = timings.get("T seq", timings["T"])
-    eager = sorted(eager)
-    return {"op": op, "shape": shape, "path": path, "pieces": chunks, "timings": timings, "received": case.received,
-            "eager": eager}
+    return {key: statistics.median(values) for key, values in samples.items()}, sorted(eager)
 
 
-def sweep(ctx, op, shape, case: Case, counts) -> dict:
-    """The chunked path's time per piece count (µs per call), and the sequential path's."""
-    timings = {}
-    for chunks in ["sequential", *counts]:
-        config = iris.ops.FusedConfig(variant="chunked", chunks=chunks) if chunks != "sequential" else (
-            iris.ops.FusedConfig(variant="sequential"))
-        case.ours(config)  # a new piece count may allocate (collective): outside any capture
-        torch.cuda.synchronize()
-        timings[chunks] = measure(functools.partial(case.ours, config), CALLS, TIMED_MS)[0]
-    return {"op": op, "shape": shape, "timings": timings}
+def sweep(ctx, op, shape, case: Case, plans) -> dict:
+    """G, C, S, the sequential path and the chunked path cut by each plan ``(pieces, growth)``, µs per call
+    (medians of rotated rounds, as :func:`measure_case`)."""
+    calls = {"G": case.gemm, "C": case.collective, "S": case.sequence}
+    for plan in ["sequential", *plans]:
+        config = iris.ops.FusedConfig(variant="sequential") if plan == "sequential" else (
+            iris.ops.FusedConfig(variant="chunked", chunks=plan[0], growth=plan[1]))
+        workspace = case.ours(config)  # a new cut may allocate (collective): outside any capture
+        label = plan if plan == "sequential" else _plan_label(workspace.pieces, workspace.growth)
+        calls[label] = functools.partial(case.ours, config)
+    torch.cuda.synchronize()
+    ctx.barrier()
+    return {"op": op, "shape": shape, "timings": rotated_medians(calls)[0]}
 
 
-def sweep_table(rows, world, counts) -> str:
-    lines = [f"{environment()}; {world} ranks, bf16, CUDA-graph replays, µs per call (the slowest rank's): the chunked "
-             "path cut into each number of pieces, and the sequential path. Written by `benchmarks/fused_ops.py "
-             f"--chunks {','.join(map(str, counts))}`; `iris.ops.choose_path`'s piece rule follows it.",
-             "", "| op | M, N, K | sequential | " + " | ".join(f"{c} pieces" for c in counts) + " |",
-             "|---|---|---|" + "---|" * len(counts)]
+def _plans_arguments(plans) -> str:
+    """The command-line arguments that sweep ``plans``."""
+    counts = ",".join(dict.fromkeys(str(count) for count, _ in plans))
+    growths = ",".join(dict.fromkeys(f"{growth:g}" for _, growth in plans if growth is not None))
+    return f"--chunks {counts}" + (f" --growth {growths}" if growths else "")
+
+
+def _plan_label(pieces: int, growth: float) -> str:
+    return f"{pieces} x{growth:g}"
+
+
+def sweep_table(rows, world, plans) -> str:
+    labels = list(dict.fromkeys(key for row in rows for key in row["timings"] if key not in ("G", "C", "S")))
+    lines = [f"{environment()}; {world} ranks, bf16, CUDA-graph replays, µs per call (the slowest rank's, median of "
+             f"{ROUNDS} rotated rounds): G, C and S as in the main table, the sequential path, and the chunked path "
+             "cut into `n xg` pieces (n pieces, each g times the rows of the one before). Written by "
+             f"`benchmarks/fused_ops.py {_plans_arguments(plans)}`; `iris.ops.pieces`'s rule follows it. "
+             "The fastest cut is bold; T / S of the fastest in the last column.",
+             "", "| op | M, N, K | G | C | S | " + " | ".join(labels) + " | best T / S |",
+             "|---|---|---|---|---|" + "---|" * (len(labels) + 1)]
     for row in rows:
         t = row["timings"]
-        best = min(counts, key=lambda c: t[c])
-        cells = [f"**{t[c]:.0f}**" if c == best else f"{t[c]:.0f}" for c in counts]
-        lines.append(f"| {row['op']} | {', '.join(map(str, row['shape']))} | {t['sequential']:.0f} | "
-                     + " | ".join(cells) + " |")
+        cuts = [label for label in labels if label in t and label != "sequential"]
+        best = min(cuts, key=lambda label: t[label])
+        cells = [("-" if label not in t else f"**{t[label]:.0f}**" if label == best else f"{t[label]:.0f}")
+                 for label in labels]
+        lines.append(f"| {row['op']} | {', '.join(map(str, row['shape']))} | {t['G']:.0f} | {t['C']:.0f} | "
+                     f"{t['S']:.0f} | " + " | ".join(cells) + f" | {t[best] / t['S']:.2f} |")
     return "\n".join(lines)
 
 
@@ -376,7 +411,8 @@ def report(rows, world, environment_line) -> str:
         fused = f"{t['torch']:.0f}" if t["torch"] is not None else "-"
         nccl, engines = (row["received"] / t[key] / 1e3 for key in ("C", "push"))  # bytes per µs / 1e3 = GB/s
         eager = f" (eager: {', '.join(row['eager'])})" if row["eager"] else ""
-        pieces = f", {row['pieces']} pieces" if row["path"] == "chunked" else ""
+        growth = f" x{row['growth']:g}" if row.get("growth", 1.0) != 1.0 else ""  # (rows before pieces grew)
+        pieces = f", {row['pieces']} pieces{growth}" if row["path"] == "chunked" else ""
         lines.append(f"| {row['op']} | {m}, {n}, {k} | {t['G']:.0f} | {t['C']:.0f} | {t['S']:.0f} | {fused} | "
                      f"{t['T']:.0f} | {row['path']}{pieces} | {t['T seq']:.0f} | {t['T'] / t['S']:.2f} | "
                      f"{100 * hidden:.0f}% | {t['GEMM pieces']:.0f} ({100 * t['G'] / t['GEMM pieces']:.0f}%) | "

@@ -121,6 +121,7 @@ def errors():
         "bias_shape": lambda: ctx.ops.matmul_all_reduce(torch.zeros(4, 2 * world), A, B, bias=torch.zeros(3)),
         "fused_variant": lambda: iris.ops.FusedConfig(variant="fused"),
         "zero_pieces": lambda: iris.ops.FusedConfig(chunks=0),
+        "zero_growth": lambda: iris.ops.FusedConfig(growth=0),
     }
     for name, call in cases.items():
         try:
@@ -140,11 +141,40 @@ def shape_rule():
     rule = {f"{op} {shape}": (iris.ops.choose_path(ctx, op, shape, auto), iris.ops.choose_path(ctx, op, shape, chunked))
             for op in ("matmul_all_reduce", "matmul_reduce_scatter", "matmul_all_gather", "all_gather_matmul")
             for shape in ((2048, 8192), (8192, 4096), (300, 64))}
-    rule["given"] = iris.ops.choose_path(ctx, "matmul_all_reduce", (300, 64), iris.ops.FusedConfig(chunks=3))
+    given = iris.ops.FusedConfig(chunks=3, growth=2.0)
+    rule["given"] = iris.ops.choose_path(ctx, "matmul_all_reduce", (300, 64), given)
     ctx.barrier()
     return {"rank": ctx.cur_rank, "rule": rule}
 
 
+
+
+def uneven_pieces():
+    """Every op on the chunked path cut into pieces that shrink (3 x0.5) and grow (2 x16, 3 x3), at a size where
+    they do (each rank's block at least 3 x 512 rows), against the sequential path; the sizes each took."""
+    ctx = iris.iris("64MiB", backend=BACKEND)
+    rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
+    rows, k, n = 1600 * world, 8, 4 * world  # row blocks of 1600: matmul_all_reduce's, matmul_all_gather's own
+    gen = torch.Generator().manual_seed(60 + rank)
+    A, B = torch.randn(rows, k, generator=gen).to(device), torch.randn(k, n, generator=gen).to(device)
+    B_full = torch.randn(world * k, n, generator=torch.Generator().manual_seed(61)).to(device)
+    outs = {"matmul_all_reduce": (rows, n), "matmul_all_gather": (rows * world, n),
+            "matmul_reduce_scatter": (rows, n // world), "all_gather_matmul": (rows, n)}
+    errors, cuts = {}, {}
+    for op, shape in outs.items():
+        second = B_full if op == "all_gather_matmul" else B
+        want = ctx.zeros(*shape)
+        getattr(ctx.ops, op)(want, A, second, config=iris.ops.FusedConfig(variant="sequential"))
+        for chunks, growth in ((3, 0.5), (2, 16.0), (3, 3.0)):
+            out = ctx.zeros(*shape)
+            for _ in range(CALLS):
+                getattr(ctx.ops, op)(out, A, second,
+                                     config=iris.ops.FusedConfig(variant="chunked", chunks=chunks, growth=growth))
+            errors[f"{op} {chunks} x{growth:g}"] = (out - want).abs().max().item()
+    cuts = {f"{length} {chunks} x{growth:g}": iris.ops.pieces.sizes(length, chunks, growth)
+            for length in (1600, 1600 * world) for chunks, growth in ((3, 0.5), (2, 16.0), (3, 3.0))}
+    ctx.barrier()
+    return {"rank": rank, "errors": errors, "cuts": cuts}
 
 
 def odd_layouts():

@@ -6,10 +6,12 @@ user is told for what the ops do not take. Both paths run here (the chunked one 
 from __future__ import annotations
 
 import inspect
+import itertools
 
 import pytest
 
 import iris
+from iris.ops import pieces
 
 from .multirank import run_ranks
 
@@ -53,19 +55,65 @@ def test_errors_say_what_and_what_to_do():
     assert "bias must be [4]" in messages["bias_shape"]
     assert messages["fused_variant"].startswith("NotImplementedError: FusedConfig variant 'fused'")
     assert messages["zero_pieces"] == "ValueError: FusedConfig chunks must be an int >= 1 or None, got 0"
+    assert messages["zero_growth"].startswith("ValueError: FusedConfig growth must be a number > 0")
 
 
 def test_pieces_follow_the_shape():
-    """Pieces of at least 512 rows and 4M elements, at most 4 (2 for matmul_reduce_scatter and
-    all_gather_matmul); 2 ranks, where auto stays sequential on the CPU."""
+    """Pieces of at least 512 rows and 4M elements on average, at most 4 (2 for matmul_reduce_scatter and
+    all_gather_matmul), each op's growth; 2 ranks, where auto stays sequential on the CPU."""
     rule = run_ranks(2, f"{CASES}:shape_rule")[0]["rule"]
-    assert rule["matmul_all_reduce (2048, 8192)"] == [["sequential", 2], ["chunked", 2]]  # row blocks of 1024
-    assert rule["matmul_all_reduce (8192, 4096)"] == [["sequential", 4], ["chunked", 4]]
-    assert rule["matmul_reduce_scatter (2048, 8192)"] == [["sequential", 2], ["chunked", 2]]  # at most 2
-    assert rule["matmul_all_gather (2048, 8192)"] == [["sequential", 2], ["chunked", 2]]  # 1024 rows per rank
-    assert rule["all_gather_matmul (8192, 4096)"] == [["sequential", 2], ["chunked", 2]]  # at most 2
-    assert rule["matmul_all_reduce (300, 64)"] == [["sequential", 1], ["chunked", 1]]
-    assert rule["given"] == ["sequential", 3]
+    g = pieces.GROWTH
+    assert rule["matmul_all_reduce (2048, 8192)"] == [["sequential", 2, g["matmul_all_reduce"]],
+                                                      ["chunked", 2, g["matmul_all_reduce"]]]  # row blocks of 1024
+    assert rule["matmul_all_reduce (8192, 4096)"] == [["sequential", 4, g["matmul_all_reduce"]],
+                                                      ["chunked", 4, g["matmul_all_reduce"]]]
+    assert rule["matmul_reduce_scatter (2048, 8192)"] == [["sequential", 2, g["matmul_reduce_scatter"]],
+                                                          ["chunked", 2, g["matmul_reduce_scatter"]]]  # at most 2
+    assert rule["matmul_all_gather (2048, 8192)"] == [["sequential", 2, g["matmul_all_gather"]],
+                                                      ["chunked", 2, g["matmul_all_gather"]]]  # 1024 rows per rank
+    assert rule["all_gather_matmul (8192, 4096)"] == [["sequential", 2, g["all_gather_matmul"]],
+                                                      ["chunked", 2, g["all_gather_matmul"]]]  # at most 2
+    assert rule["matmul_all_reduce (300, 64)"] == [["sequential", 1, g["matmul_all_reduce"]],
+                                                   ["chunked", 1, g["matmul_all_reduce"]]]
+    assert rule["given"] == ["sequential", 3, 2.0]
+
+
+@pytest.mark.parametrize("length, count, growth", [
+    (4096, 4, 0.5), (4096, 3, 0.5), (8192, 2, 16.0), (8192, 3, 4.0), (2048, 2, 0.5), (1000, 3, 0.5), (9, 4, 2.0),
+    (0, 2, 0.5), (5000, 4, 1.0), (100_000, 4, 0.25), (1536, 3, 3.0)])
+def test_piece_sizes_cover_the_rows_once_in_order_and_grow_as_asked(length, count, growth):
+    sizes = pieces.sizes(length, count, growth)
+    assert len(sizes) == count and sum(sizes) == length and min(sizes) >= 0
+    if length < count * pieces.PIECE_ROWS or growth == 1.0:  # even, the last ones short or empty
+        assert max(sizes) - min(sizes) <= -(-length // count) and sizes == sorted(sizes, reverse=True)
+    else:
+        assert min(sizes) >= pieces.PIECE_ROWS
+        largest = 0 if growth < 1 else count - 1
+        assert all(size % pieces.ALIGN == 0 for c, size in enumerate(sizes) if c != largest)  # whole tiles
+        assert sizes == sorted(sizes, reverse=growth < 1)
+    slices = pieces.split(slice(3, 3 + length), length + 10, count, growth)
+    assert [s.stop - s.start for s in slices] == sizes and slices[0].start == 3 and slices[-1].stop == 3 + length
+    assert all(a.stop == b.start for a, b in itertools.pairwise(slices))
+
+
+def test_piece_sizes_are_exact_where_the_floor_allows():
+    assert pieces.sizes(4096, 4, 0.5) == [2048, 1024, 512, 512]  # the last one held at 512 rows
+    assert pieces.sizes(8192, 2, 16.0) == [512, 7680]
+    assert pieces.sizes(2048, 2, 0.5) == [1408, 640]  # 1365 and 683 in whole tiles, the rest to the largest
+    assert pieces.sizes(1024, 2, 0.5) == [512, 512]  # 341 rows would be under the floor
+    assert pieces.sizes(1000, 3, 0.5) == [334, 334, 332]  # too short for 3 x 512: even
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_pieces_that_grow_or_shrink_compute_what_the_sequential_path_does(world):
+    results = run_ranks(world, f"{CASES}:uneven_pieces")
+    for result in results:
+        assert all(error < 1e-4 for error in result["errors"].values()), result["errors"]
+    cuts = results[0]["cuts"]
+    assert cuts["1600 3 x0.5"] == [576, 512, 512] and cuts["1600 3 x3"] == [512, 512, 576]
+    assert cuts["1600 2 x16"] == [512, 1088]  # all_gather_matmul's first piece: the floor
+    assert cuts[f"{1600 * world} 3 x0.5"][0] > 2 * 512
+    assert all(result["cuts"] == cuts for result in results)  # every rank cuts the same way
 
 
 def test_views_as_inputs_and_alternating_shapes():

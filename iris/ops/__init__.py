@@ -20,8 +20,9 @@ work of queueing each piece.
 **Paths** (``workspace.path`` says which ran; :func:`choose_path` picks):
 
 * ``"sequential"``: ``torch.matmul`` into a heap buffer, then :mod:`iris.ccl`'s collective; every op, every backend;
-* ``"chunked"`` (:mod:`iris.ops.chunked`): the GEMM in pieces (cuBLAS), each piece sent by the copy engines
-  on a second stream while the next computes, and consumed by its owner as it lands; every op.
+* ``"chunked"`` (:mod:`iris.ops.chunked`): the GEMM in pieces (cuBLAS; :mod:`iris.ops.pieces` says how many and
+  how big), each piece sent by the copy engines on a second stream while the next computes, and consumed by its
+  owner as it lands; every op.
 
 The fused path (one persistent Triton kernel whose tiles are pushed or consumed as they are produced) is not
 built: cuBLAS pieces with copy-engine transfers keep the GEMM at cuBLAS speed and give the communication no
@@ -41,7 +42,7 @@ import functools
 
 import torch
 
-from . import chunked, sequential
+from . import chunked, pieces, sequential
 from .config import DTYPES, FusedConfig, Workspace
 from .graphs import call_key
 
@@ -50,18 +51,6 @@ __all__ = ["FusedConfig", "Workspace", "all_gather_matmul", "choose_path", "matm
 
 CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather, "all_gather_matmul": chunked.all_gather_matmul,
            "matmul_all_reduce": chunked.matmul_all_reduce, "matmul_reduce_scatter": chunked.matmul_reduce_scatter}
-# The chunked path's pieces, from a sweep of 2, 4 and 8 pieces on 2xH200, bf16 (benchmarks/RESULTS.md "fused_ops
-# (2 GPUs, pieces of the chunked path)"), each count timed once, in that order (later ones on a hotter GPU):
-# * pieces under about 512 rows or 4M elements of output (two waves of 128 x 128 tiles on 132 SMs) lost more GEMM
-#   efficiency than they gained overlap: at M = 2048, 8 pieces were up to 2x slower than 2;
-# * at M = 8192, 8 pieces were at most 2% faster than 4 (within the run-to-run noise), so at most 4;
-# * matmul_reduce_scatter and all_gather_matmul were fastest in 2 pieces at all 6 shapes (one tie), by up to 9%
-#   and 10%: at most 2 for them. (all_gather_matmul's first piece splits K. Two variants measured slower on
-#   2xH200: letting the first piece wait for its rows instead, in up to 4 pieces, was 1.13x S at (M, N, K) =
-#   (2048, 28672, 8192) and no faster at (8192, 28672, 8192); a first quarter of M split and the rest in one
-#   GEMM was 1.09x S at (2048, 28672, 8192) and 0.01-0.02 S slower at the three M = 8192 shapes.)
-PIECE_ROWS, PIECE_ELEMENTS, DEFAULT_MAX_PIECES = 512, 4 << 20, 4
-MAX_PIECES = {"matmul_reduce_scatter": 2, "all_gather_matmul": 2}
 
 
 def matmul_all_reduce(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
@@ -144,19 +133,20 @@ def matmul_reduce_scatter(ctx, out, A, B, bias=None, async_op=False, config=None
 
 
 # -- checks and dispatch --------------------------------------------------------------------------------------
-def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int]:
-    """``(path, pieces)`` of a call: ``config.variant`` and ``config.chunks`` where they say, else by the shape.
+def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int, float]:
+    """``(path, pieces, growth)`` of a call: ``config.variant``, ``config.chunks`` and ``config.growth`` where
+    they say, else by the shape and the op (:mod:`iris.ops.pieces`).
 
     The chunked path cuts the rows that each rank computes for one destination (its row block for
     matmul_all_reduce, the whole product for matmul_reduce_scatter's column blocks and all_gather_matmul,
-    its own rows for matmul_all_gather) into pieces of at least :data:`PIECE_ROWS` rows and
-    :data:`PIECE_ELEMENTS` elements, at most 4 (2 for some ops: :data:`MAX_PIECES`). ``"auto"``
-    takes it on GPUs when there are at least 2 pieces (something to overlap), else the sequential path.
+    its own rows for matmul_all_gather) into pieces of at least 512 rows and 4M elements, at most 4 (2 for some
+    ops), each ``growth`` times the size of the one before (:func:`iris.ops.pieces.count`). ``"auto"`` takes
+    it on GPUs when there are at least 2 pieces (something to overlap), else the sequential path.
 
     Examples
     --------
     >>> choose_path(ctx, "matmul_all_reduce", (8192, 8192), FusedConfig())     # on 2 GPUs   # doctest: +SKIP
-    ('chunked', 4)
+    ('chunked', 4, 0.5)
     """
     world = ctx.num_ranks
     rows, columns = out_shape
@@ -164,12 +154,12 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int]
         rows = -(-rows // world)
     elif op == "matmul_all_gather":
         rows //= world
-    most = MAX_PIECES.get(op, DEFAULT_MAX_PIECES)
-    pieces = config.chunks or max(1, min(most, rows // PIECE_ROWS, rows * columns // PIECE_ELEMENTS))
+    count = config.chunks or pieces.count(op, rows, columns)
+    growth = config.growth if config.growth is not None else pieces.GROWTH[op]
     if config.variant != "auto":
-        return config.variant, pieces
+        return config.variant, count, growth
     gpu = ctx.backend == "cuda" and world > 1
-    return ("chunked" if gpu and pieces >= 2 else "sequential"), pieces
+    return ("chunked" if gpu and count >= 2 else "sequential"), count, growth
 
 
 def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) -> Workspace:
@@ -181,12 +171,13 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) 
     if workspace.key != key:
         raise ValueError(f"rank {ctx.cur_rank}: {op}: this workspace was made for {workspace.key}, not {key}: "
                          "pass the workspace of a call with the same shapes, or none")
-    workspace.path, workspace.pieces = choose_path(ctx, op, tuple(out.shape), config)
+    workspace.path, workspace.pieces, workspace.growth = choose_path(ctx, op, tuple(out.shape), config)
     if workspace.path == "chunked":
-        call = functools.partial(CHUNKED[op], ctx, out, A, B, bias, async_op, workspace, workspace.pieces)
+        call = functools.partial(CHUNKED[op], ctx, out, A, B, bias, async_op, workspace, workspace.pieces,
+                                 workspace.growth)
     else:
         call = functools.partial(implementation, ctx, out, A, B, bias, async_op, workspace)
-    replay_key = call_key((out, A, B, bias), workspace.path, workspace.pieces, async_op)
+    replay_key = call_key((out, A, B, bias), workspace.path, workspace.pieces, workspace.growth, async_op)
     workspace.graphs.run(replay_key, call, cuda=ctx.backend == "cuda",
                          state=lambda: (id(workspace.signals), id(workspace.collective)))
     return workspace

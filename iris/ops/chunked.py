@@ -11,7 +11,8 @@ stream while the next piece computes. Every copy between ranks is a peer-to-peer
   place (``addmm_``) onto the peers' pieces, each waited for by its flag (:mod:`iris.ops.signals`) just
   before it is needed; the all-reduce then pushes each reduced piece to every peer.
 
-A device barrier opens a call (every peer is done with the last call's buffers); flags, one per piece
+Each function takes the count of pieces and their ``growth`` (:mod:`iris.ops.pieces` cuts them, the same way
+on every rank). A device barrier opens a call (every peer is done with the last call's buffers); flags, one per piece
 (:mod:`iris.ops.signals`), tell a rank that a peer's piece has landed, just before it needs it. The compute
 stream then waits for the second stream. Fork and join go through ``wait_stream`` and events, so a whole call
 can be captured in a CUDA graph.
@@ -30,10 +31,11 @@ import contextlib
 
 import torch
 
+from .pieces import split
 from .signals import PieceSignals
 
 
-def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int):
+def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int, growth: float):
     """``out`` = every rank's A @ B stacked along M: this rank's rows computed in ``chunks`` pieces, each pushed
     into every peer's ``out`` (a heap buffer first when ``out`` is not on the heap: peers write into it) while
     the next computes, and followed by its flag; the call ends when every peer's pieces have landed."""
@@ -45,7 +47,7 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int):
     compute, copy = _streams(ctx, workspace)
     ctx.device_barrier()  # every peer is done with its out from before
     signals.begin()
-    for slot, piece in enumerate(pieces(slice(None), m_local, chunks)):
+    for slot, piece in enumerate(split(slice(None), m_local, chunks, growth)):
         rows = slice(rank * m_local + piece.start, rank * m_local + piece.stop)
         torch.matmul(A[piece], B, out=target[rows])
         if bias is not None:
@@ -61,7 +63,7 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int):
         out.copy_(target)
 
 
-def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks: int):
+def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks: int, growth: float):
     """``out = A @ B`` with A every rank's ``A_sharded`` side by side along K, gathered into each rank's heap
     buffer ``A`` row piece by row piece: each rank's copy engines write its shard's rows into its columns of
     every rank's ``A`` (2-D copies), each piece followed by its flag; each piece's full-depth GEMM starts once
@@ -73,7 +75,7 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
         A_sharded = A_sharded.contiguous()
     gathered = workspace.buffer(ctx, "A", (m, world * k_local), A_sharded.dtype)
     columns = [slice(source * k_local, (source + 1) * k_local) for source in range(world)]
-    rows = pieces(slice(None), m, chunks)
+    rows = split(slice(None), m, chunks, growth)
     peers = [(rank + step) % world for step in range(1, world)]  # each rank starts with another peer
     signals = _signals(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
@@ -103,7 +105,7 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
     _wait(compute, copy)
 
 
-def matmul_all_reduce(ctx, out, A, B, bias, async_op, workspace, chunks: int):
+def matmul_all_reduce(ctx, out, A, B, bias, async_op, workspace, chunks: int, growth: float):
     """``out = sum over ranks of A @ B``: a reduce-scatter of row blocks, then an all-gather, both piece by piece.
 
     Rank j owns row block j. Each rank first computes its peers' row blocks of its product, in ``chunks``
@@ -112,13 +114,13 @@ def matmul_all_reduce(ctx, out, A, B, bias, async_op, workspace, chunks: int):
     add), and the reduced piece is pushed into every peer's ``out``.
     """
     target = workspace.on_heap(ctx, "reduced", out)
-    blocks = [(rows, slice(None)) for rows in pieces(slice(None), A.shape[0], ctx.num_ranks)]
-    _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks, blocks, send_per_peer=False, gather=True)
+    blocks = [(rows, slice(None)) for rows in split(slice(None), A.shape[0], ctx.num_ranks)]
+    _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks, growth, blocks, send_per_peer=False, gather=True)
     if target is not out:
         out.copy_(target)
 
 
-def matmul_reduce_scatter(ctx, out, A, B, bias, async_op, workspace, chunks: int):
+def matmul_reduce_scatter(ctx, out, A, B, bias, async_op, workspace, chunks: int, growth: float):
     """``out`` = this rank's column block of the sum over ranks of A @ B: each peer's column block first, in
     ``chunks`` row pieces pushed to it while the next computes; then this rank's own, piece by piece, its
     product added in place (``addmm_``) onto the peers' pieces as they land."""
@@ -126,12 +128,13 @@ def matmul_reduce_scatter(ctx, out, A, B, bias, async_op, workspace, chunks: int
     world, n_local = ctx.num_ranks, out.shape[1]
     blocks = [(slice(None), slice(j * n_local, (j + 1) * n_local)) for j in range(world)]
     own_bias = bias[ctx.cur_rank * n_local:(ctx.cur_rank + 1) * n_local] if bias is not None else None
-    _reduce_in_pieces(ctx, target, A, B, own_bias, workspace, chunks, blocks, send_per_peer=True, gather=False)
+    _reduce_in_pieces(ctx, target, A, B, own_bias, workspace, chunks, growth, blocks, send_per_peer=True,
+                      gather=False)
     if target is not out:
         out.copy_(target)
 
 
-def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, blocks, send_per_peer: bool,
+def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, growth: float, blocks, send_per_peer: bool,
                       gather: bool):
     """Reduce rank j's block ``A[rows_j] @ B[:, columns_j]`` of every rank's product into rank j's ``target[rows_j]``
     (``blocks[j] = (rows_j, columns_j)``; the rows of A are the rows of target); with ``gather``, then copy
@@ -154,7 +157,7 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, blocks, s
         rows, columns = blocks[peer]
         into = ctx.as_remote(target if rank == (peer + 1) % world else received[rank], peer)
         sent = send[peer if send_per_peer else 0]
-        for slot, piece in enumerate(pieces(rows, target.shape[0], chunks)):
+        for slot, piece in enumerate(split(rows, target.shape[0], chunks, growth)):
             torch.matmul(A[piece], B[:, columns], out=sent[piece])
             with _on(copy):
                 _wait(copy, compute)  # this piece is computed
@@ -162,7 +165,7 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, blocks, s
                 signals.signal(slot, peer)
     rows, columns = blocks[rank]
     peers = [peer for peer in range(world) if peer != rank]
-    for slot, piece in enumerate(pieces(rows, target.shape[0], chunks)):
+    for slot, piece in enumerate(split(rows, target.shape[0], chunks, growth)):
         signals.wait(slot)  # every peer's piece has landed
         if peers:
             target[piece].addmm_(A[piece], B[:, columns])  # onto the piece that rank + 1 pushed into target
@@ -182,14 +185,6 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, blocks, s
     if gather:
         signals.wait(chunks, chunks)  # every peer's reduced block has landed here
     _wait(compute, copy)  # later work (the next call's sends) is ordered after the copies
-
-
-def pieces(rows: slice, length: int, chunks: int) -> list[slice]:
-    """``rows`` (of a dimension of ``length``) cut into ``chunks`` slices, the last ones short or empty, so that
-    every rank makes the same number of pieces whatever its block's size."""
-    start, stop, _ = rows.indices(length)
-    size = -(-(stop - start) // chunks)
-    return [slice(min(start + c * size, stop), min(start + (c + 1) * size, stop)) for c in range(chunks)]
 
 
 def _signals(ctx, workspace, slots: int) -> PieceSignals:

@@ -33,8 +33,11 @@ class FusedConfig:
         so that upstream code runs unchanged; no path here reads them: the GEMM pieces are cuBLAS's and the
         transfers the copy engines', which take no SM.
     chunks : int or None
-        Pieces of the chunked path (row pieces of each rank's block of the product; all_gather_matmul's first
-        piece is 1 / chunks of M); None: by the shape (:func:`iris.ops.choose_path`).
+        Pieces of the chunked path (row pieces of each rank's block of the product); None: by the shape
+        (:func:`iris.ops.choose_path`).
+    growth : float or None
+        Each piece's rows over the previous piece's (< 1: shrinking, > 1: growing, 1: even); None: the op's
+        (:data:`iris.ops.pieces.GROWTH`, whose module says why).
     variant : {"auto", "sequential", "chunked"}
         The path: ``"sequential"`` runs ``torch.matmul`` into a heap buffer, then iris's collective
         (:mod:`iris.ccl`); ``"chunked"`` runs each piece's communication on a second stream while the next
@@ -47,6 +50,7 @@ class FusedConfig:
     block_k: int = 64
     comm_sms: int = 16
     chunks: int | None = None
+    growth: float | None = None
     variant: str = "auto"
 
     def __post_init__(self):
@@ -62,6 +66,10 @@ class FusedConfig:
             if not (name == "chunks" and value is None) and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"FusedConfig {name} must be an int >= 1{' or None' if name == 'chunks' else ''}, "
                                  f"got {value!r}")
+        if self.growth is not None and (isinstance(self.growth, bool) or not isinstance(self.growth, (int, float))
+                                        or not 0 < self.growth < float("inf")):
+            raise ValueError(f"FusedConfig growth must be a number > 0 (each piece's rows over the previous "
+                             f"piece's) or None, got {self.growth!r}")
 
 
 @dataclass
@@ -77,6 +85,8 @@ class Workspace:
         The path the last call took (``"sequential"`` or ``"chunked"``).
     pieces : int
         The pieces the chunked path cut its GEMM into (see :func:`iris.ops.choose_path`).
+    growth : float
+        Each piece's rows over the previous piece's (:mod:`iris.ops.pieces`).
     key : tuple
         The op, shapes and dtype it was made for.
     buffers : dict of (str, shape, dtype) to torch.Tensor
@@ -94,6 +104,7 @@ class Workspace:
     key: tuple
     path: str = "sequential"
     pieces: int = 1
+    growth: float = 1.0
     buffers: dict = field(default_factory=dict)
     collective: object = None
     copy_stream: object = None

@@ -32,3 +32,9 @@ def test_views_as_inputs_and_alternating_shapes_on_gpu():
     errors = run_ranks(2, f"{CASES}:odd_layouts", env=CUDA)[0]["errors"]
     assert all(error < 1e-3 for error in errors.values()), errors  # (TF32 may round float32 GEMMs)
 
+
+
+def test_pieces_that_grow_or_shrink_on_gpu():
+    results = run_ranks(2, f"{CASES}:uneven_pieces", env=CUDA)
+    for result in results:
+        assert all(error < 1e-3 for error in result["errors"].values()), result["errors"]  # (TF32)

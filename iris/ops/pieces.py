@@ -1,0 +1,92 @@
+"""How the chunked path cuts the rows it computes into pieces: how many, and how big.
+
+Each piece is a cuBLAS GEMM whose transfer overlaps the next piece's GEMM, so two costs frame a call: what
+cutting costs the GEMM (small pieces run below cuBLAS's speed on one large call), and the one transfer that
+nothing hides. Pieces of unequal sizes (``growth``, each piece's rows over the previous piece's) can shrink
+the second without adding to the first:
+
+* a **pushing** pipeline (matmul_all_gather; matmul_all_reduce's reduced pieces) ends with its last piece's
+  transfer, which pieces that shrink (``growth`` < 1) make short, while each piece's transfer still fits under
+  the next, smaller, piece's GEMM when the GEMM is the larger part;
+* a **consuming** pipeline (all_gather_matmul) starts with its first piece, whose GEMM splits K into per-shard
+  terms (an extra pass over its rows of ``out``) to begin before the peers' rows land: pieces that grow
+  (``growth`` > 1) make that first piece small, and the rest land while it computes.
+
+The rule's cut stays even (``growth`` 1) until a sweep on 2xH200 says otherwise: the two shapes that miss the
+overlap goal (benchmarks/RESULTS.md "fused_ops (2 GPUs)") are what unequal pieces aim at, and no GPU time was
+left to measure them. ``FusedConfig(growth=...)`` cuts any call so, and ``tests/gpu/sweep_pieces.sh`` times
+the cuts against each other.
+
+Every rank cuts the same way (the sizes depend only on the lengths and the plan), so a piece's flag means the
+same rows on the rank that sends it and on the rank that waits for it.
+
+Examples
+--------
+>>> sizes(4096, 4, 0.5, least=512)
+[2048, 1024, 512, 512]
+>>> sizes(8192, 2, 16.0, least=512)
+[512, 7680]
+>>> [(piece.start, piece.stop) for piece in split(slice(0, 1000), 1000, 2)]
+[(0, 500), (500, 1000)]
+"""
+
+from __future__ import annotations
+
+# Pieces under about 512 rows or 4M elements of output (two waves of 128 x 128 tiles on 132 SMs) lost more GEMM
+# efficiency than they gained overlap on 2xH200 (benchmarks/RESULTS.md "fused_ops (2 GPUs, pieces of the chunked
+# path)"): at M = 2048, 8 pieces were up to 2x slower than 2. So the rule cuts no more pieces than that allows on
+# average, and pieces that grow or shrink are no thinner than PIECE_ROWS (except where a block is too short for
+# its count of them: the pieces are then even, some short or empty).
+PIECE_ROWS, PIECE_ELEMENTS = 512, 4 << 20
+ALIGN = 128  # piece boundaries fall on whole 128-row tiles where the sizes are not even
+# At M = 8192, 8 pieces were at most 2% faster than 4 (within the run-to-run noise), so at most 4;
+# matmul_reduce_scatter and all_gather_matmul were fastest in 2 pieces at all 6 shapes (one tie), by up to 9%
+# and 10%: at most 2 for them. (all_gather_matmul's first piece splits K. Two variants measured slower on
+# 2xH200: letting the first piece wait for its rows instead, in up to 4 even pieces, was 1.13x S at (M, N, K) =
+# (2048, 28672, 8192) and no faster at (8192, 28672, 8192); a first quarter of M split and the rest in one GEMM
+# was 1.09x S at (2048, 28672, 8192) and 0.01-0.02 S slower at the three M = 8192 shapes.)
+DEFAULT_MAX_PIECES = 4
+MAX_PIECES = {"matmul_reduce_scatter": 2, "all_gather_matmul": 2}
+# Each piece's rows over the previous piece's, by op: even, as measured (see the module doc).
+GROWTH = {"matmul_all_gather": 1.0, "matmul_all_reduce": 1.0, "matmul_reduce_scatter": 1.0, "all_gather_matmul": 1.0}
+
+
+def count(op: str, rows: int, columns: int) -> int:
+    """How many pieces the rule cuts ``rows`` rows of ``columns`` columns into: as many as have
+    :data:`PIECE_ROWS` rows and :data:`PIECE_ELEMENTS` elements on average, at most the op's
+    :data:`MAX_PIECES`, at least 1."""
+    return max(1, min(MAX_PIECES.get(op, DEFAULT_MAX_PIECES), rows // PIECE_ROWS, rows * columns // PIECE_ELEMENTS))
+
+
+def sizes(length: int, count: int, growth: float = 1.0, least: int = PIECE_ROWS) -> list[int]:
+    """``length`` rows in ``count`` piece sizes, each ``growth`` times the one before but none under ``least``
+    (those get ``least``, the others share the rest in proportion), all but the largest in whole :data:`ALIGN`-row
+    tiles. Even sizes (the last ones short or empty) for ``growth`` 1 or where ``count`` pieces of ``least`` do
+    not fit."""
+    if growth == 1.0 or length < count * least:
+        size = -(-length // count)
+        return [max(0, min(size, length - c * size)) for c in range(count)]
+    weights = [growth ** c for c in range(count)]
+    floored: set[int] = set()  # pieces held at `least`: found smallest first, until the rest all exceed it
+    while True:
+        free = length - least * len(floored)
+        total = sum(w for c, w in enumerate(weights) if c not in floored)
+        below = {c for c, w in enumerate(weights) if c not in floored and free * w / total < least}
+        if not below:
+            break
+        floored |= below
+    # Whole tiles, rounded down; what that leaves goes to the largest piece, so the order stays as asked.
+    sizes = [least if c in floored else int(free * w / total) // ALIGN * ALIGN for c, w in enumerate(weights)]
+    largest = max(range(count), key=lambda c: weights[c])
+    sizes[largest] += length - sum(sizes)
+    return sizes
+
+
+def split(rows: slice, length: int, count: int, growth: float = 1.0, least: int = PIECE_ROWS) -> list[slice]:
+    """``rows`` (of a dimension of ``length``) cut into ``count`` slices of :func:`sizes`."""
+    start, stop, _ = rows.indices(length)
+    slices = []
+    for size in sizes(stop - start, count, growth, least):
+        slices.append(slice(start, start + size))
+        start += size
+    return slices
