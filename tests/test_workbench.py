@@ -40,9 +40,10 @@ def shell():
 
 @pytest.fixture
 def wb(shell):
-    """The module's workbench, usable: restarted first if an earlier test left it broken or stopped."""
+    """The module's workbench, usable: restarted first if an earlier test left it broken, stopped or with a dead
+    rank (so that one failure does not fail the tests after it)."""
     current = workbench.current()
-    if current.broken or not current.running:
+    if current.broken or not current.running or any(current.exit_status(r) for r in range(current.n)):
         current.restart()
     return current
 
