@@ -219,17 +219,26 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="small shapes, for a quick look")
     parser.add_argument("--chunks", type=lambda text: [int(c) for c in text.split(",")],
                         help="instead: time the chunked path cut into each of these piece counts (e.g. 2,4,8)")
-    parser.add_argument("--growth", type=lambda text: [float(g) for g in text.split(",")], default=[None],
-                        help="with --chunks: and each of these growths of the pieces (e.g. 1,0.5,16; default: "
-                        "the op's own, iris.ops.pieces.GROWTH)")
-    parser.add_argument("--ops", type=lambda text: text.split(","), default=list(OPS),
-                        help="only these ops (comma-separated)")
-    parser.add_argument("--shapes", type=lambda text: [tuple(int(d) for d in shape.split("x"))
-                                                       for shape in text.split(",")],
-                        help="only these shapes, MxNxK comma-separated (e.g. 8192x8192x28672)")
+    parser.add_argument("--growth", help="with --chunks: and each of these growths of the pieces, comma-separated "
+                        "(e.g. 1,0.5,16; default: the op's own, iris.ops.pieces.GROWTH)")
+    parser.add_argument("--ops", help="with --chunks: only these ops, comma-separated")
+    parser.add_argument("--shapes", help="with --chunks: only these shapes, MxNxK comma-separated "
+                        "(e.g. 8192x8192x28672)")
     parser.add_argument("--report", metavar="JSON", help="instead: write the table and the plot of a run again, "
                         "from the rows it saved next to RESULTS.md")
     args = parser.parse_args()
+    if not args.chunks and (args.growth or args.ops or args.shapes):
+        parser.error("--growth, --ops and --shapes go with --chunks (the main table always has every op and shape)")
+    ops = args.ops.split(",") if args.ops else list(OPS)
+    if set(ops) - set(OPS):
+        parser.error(f"--ops: unknown {', '.join(sorted(set(ops) - set(OPS)))}; the ops are {', '.join(OPS)}")
+    try:
+        growths = [float(g) for g in args.growth.split(",")] if args.growth else [None]
+        shapes = [tuple(int(d) for d in shape.split("x")) for shape in args.shapes.split(",")] if args.shapes else None
+    except ValueError as error:
+        parser.error(f"--growth takes numbers and --shapes MxNxK triples: {error}")
+    if shapes and any(len(shape) != 3 for shape in shapes):
+        parser.error("--shapes takes MxNxK triples, e.g. 8192x8192x28672")
     if args.report:
         publish(json.loads(Path(args.report).read_text()), Path(args.report))
         return
@@ -239,9 +248,9 @@ def main() -> None:
     ctx = iris.iris("8GiB" if not args.small else "1GiB", backend="cuda")
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     rows = []
-    plans = [(count, growth) for count in args.chunks for growth in args.growth] if args.chunks else None
-    for m, n, k in args.shapes or (SMALL_SHAPES if args.small else SHAPES):
-        for op in args.ops:
+    plans = [(count, growth) for count in args.chunks for growth in growths] if args.chunks else None
+    for m, n, k in shapes or (SMALL_SHAPES if args.small else SHAPES):
+        for op in ops:
             case = operands(op, m, n, k, rank, world, ctx, torch.bfloat16)
             measured = sweep(ctx, op, (m, n, k), case, plans) if plans else measure_case(ctx, op, (m, n, k), case)
             rows.append(measured)
@@ -251,8 +260,10 @@ def main() -> None:
     if rank == 0:
         name = f"fused_ops ({world} GPUs{', small shapes' if args.small else ''}"
         if args.chunks:
-            only = "" if list(args.ops) == list(OPS) else f": {', '.join(args.ops)}"  # (a sweep per op group)
-            write_section(f"{name}, pieces of the chunked path{only})", sweep_table(rows, world, plans))
+            command = " ".join(["benchmarks/fused_ops.py", *sys.argv[1:]])
+            only = ", ".join(filter(None, (args.ops, args.shapes)))  # a sweep of some ops or shapes: its own section
+            write_section(f"{name}, pieces of the chunked path{': ' + only if only else ''})",
+                          sweep_table(rows, world, command))
         else:
             run = {"environment": environment(), "world": world, "small": args.small, "rows": rows}
             rows_file = RESULTS.parent / f"fused_ops_{world}gpu{'_small' if args.small else ''}.json"
@@ -315,24 +326,18 @@ def sweep(ctx, op, shape, case: Case, plans) -> dict:
     return {"op": op, "shape": shape, "timings": rotated_medians(calls)[0]}
 
 
-def _plans_arguments(plans) -> str:
-    """The command-line arguments that sweep ``plans``."""
-    counts = ",".join(dict.fromkeys(str(count) for count, _ in plans))
-    growths = ",".join(dict.fromkeys(f"{growth:g}" for _, growth in plans if growth is not None))
-    return f"--chunks {counts}" + (f" --growth {growths}" if growths else "")
-
-
 def _plan_label(pieces: int, growth: float) -> str:
     return f"{pieces} x{growth:g}"
 
 
-def sweep_table(rows, world, plans) -> str:
+def sweep_table(rows, world, command: str) -> str:
     labels = list(dict.fromkeys(key for row in rows for key in row["timings"] if key not in ("G", "C", "S")))
     lines = [f"{environment()}; {world} ranks, bf16, CUDA-graph replays, µs per call (the slowest rank's, median of "
              f"{ROUNDS} rotated rounds): G, C and S as in the main table, the sequential path, and the chunked path "
              "cut into `n xg` pieces (n pieces, each g times the rows of the one before). Written by "
-             f"`benchmarks/fused_ops.py {_plans_arguments(plans)}`; `iris.ops.pieces`'s rule follows it. "
-             "The fastest cut is bold; T / S of the fastest in the last column.",
+             f"`{command}`; `iris.ops.pieces`'s rule follows it. The fastest cut is bold; T / S of the fastest in "
+             "the last column. Where a block is too short for its pieces to grow or shrink (under n x 512 rows), "
+             "every growth gives the same even cut.",
              "", "| op | M, N, K | G | C | S | " + " | ".join(labels) + " | best T / S |",
              "|---|---|---|---|---|" + "---|" * (len(labels) + 1)]
     for row in rows:

@@ -154,7 +154,7 @@ def uneven_pieces():
     they do (each rank's block at least 3 x 512 rows), against the sequential path; the sizes each took."""
     ctx = iris.iris("64MiB", backend=BACKEND)
     rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
-    rows, k, n = 1600 * world, 8, 4 * world  # row blocks of 1600: matmul_all_reduce's, matmul_all_gather's own
+    rows, k, n = 1600 * world, 8, 4 * world  # matmul_all_reduce's row blocks: 1600 rows; the others cut all rows
     gen = torch.Generator().manual_seed(60 + rank)
     A, B = torch.randn(rows, k, generator=gen).to(device), torch.randn(k, n, generator=gen).to(device)
     B_full = torch.randn(world * k, n, generator=torch.Generator().manual_seed(61)).to(device)

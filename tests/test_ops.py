@@ -80,7 +80,7 @@ def test_pieces_follow_the_shape():
 
 @pytest.mark.parametrize("length, count, growth", [
     (4096, 4, 0.5), (4096, 3, 0.5), (8192, 2, 16.0), (8192, 3, 4.0), (2048, 2, 0.5), (1000, 3, 0.5), (9, 4, 2.0),
-    (0, 2, 0.5), (5000, 4, 1.0), (100_000, 4, 0.25), (1536, 3, 3.0)])
+    (0, 2, 0.5), (5000, 4, 1.0), (100_000, 4, 0.25), (1536, 3, 3.0), (4096, 4, 1e300), (100_000, 40, 1e-300)])
 def test_piece_sizes_cover_the_rows_once_in_order_and_grow_as_asked(length, count, growth):
     sizes = pieces.sizes(length, count, growth)
     assert len(sizes) == count and sum(sizes) == length and min(sizes) >= 0
@@ -102,6 +102,9 @@ def test_piece_sizes_are_exact_where_the_floor_allows():
     assert pieces.sizes(2048, 2, 0.5) == [1408, 640]  # 1365 and 683 in whole tiles, the rest to the largest
     assert pieces.sizes(1024, 2, 0.5) == [512, 512]  # 341 rows would be under the floor
     assert pieces.sizes(1000, 3, 0.5) == [334, 334, 332]  # too short for 3 x 512: even
+    assert pieces.sizes(4096, 4, 1e300) == [512, 512, 512, 2560]  # (no overflow: weights relative to the largest)
+    with pytest.raises(ValueError, match="whole number of 128-row tiles"):
+        pieces.sizes(4096, 4, 0.5, least=100)
 
 
 @pytest.mark.parametrize("world", [2, 3])

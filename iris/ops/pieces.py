@@ -61,12 +61,17 @@ def count(op: str, rows: int, columns: int) -> int:
 def sizes(length: int, count: int, growth: float = 1.0, least: int = PIECE_ROWS) -> list[int]:
     """``length`` rows in ``count`` piece sizes, each ``growth`` times the one before but none under ``least``
     (those get ``least``, the others share the rest in proportion), all but the largest in whole :data:`ALIGN`-row
-    tiles. Even sizes (the last ones short or empty) for ``growth`` 1 or where ``count`` pieces of ``least`` do
-    not fit."""
+    tiles (``least`` is one too). Even sizes (the last ones short or empty) for ``growth`` 1 or where ``count``
+    pieces of ``least`` do not fit."""
+    if least % ALIGN:
+        raise ValueError(f"least must be a whole number of {ALIGN}-row tiles, got {least}")
     if growth == 1.0 or length < count * least:
         size = -(-length // count)
         return [max(0, min(size, length - c * size)) for c in range(count)]
-    weights = [growth ** c for c in range(count)]
+    # Weights relative to the largest piece's (the first when shrinking, the last when growing): powers of a
+    # large growth underflow to 0 (a piece held at `least`) instead of overflowing.
+    largest = 0 if growth < 1 else count - 1
+    weights = [growth ** (c - largest) for c in range(count)]
     floored: set[int] = set()  # pieces held at `least`: found smallest first, until the rest all exceed it
     while True:
         free = length - least * len(floored)
@@ -77,7 +82,6 @@ def sizes(length: int, count: int, growth: float = 1.0, least: int = PIECE_ROWS)
         floored |= below
     # Whole tiles, rounded down; what that leaves goes to the largest piece, so the order stays as asked.
     sizes = [least if c in floored else int(free * w / total) // ALIGN * ALIGN for c, w in enumerate(weights)]
-    largest = max(range(count), key=lambda c: weights[c])
     sizes[largest] += length - sum(sizes)
     return sizes
 
