@@ -7,17 +7,15 @@ least 2 ranks; ranks share GPUs when there are more ranks than GPUs).
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
+from tests.gpu import WORLD
 from tests.multirank import run_ranks
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 CASES = "tests.rank_cases_ccl"
-WORLD = int(os.environ.get("IRIS_GPU_WORLD", "0")) or max(2, torch.cuda.device_count())
 CUDA = {"IRIS_TEST_BACKEND": "cuda", "IRIS_BACKEND": "cuda"}
 
 

@@ -11,19 +11,17 @@ runs its CPU rank case here on GPUs.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 from iris.device import OUT_OF_HEAP, VOLATILE_WITH_CACHE_MODIFIER
+from tests.gpu import WORLD
 from tests.multirank import run_ranks, start_ranks, stop
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 CASES = "tests.rank_cases_device"
 GPU_CASES = "tests.gpu.rank_cases_device_cuda"
-WORLD = int(os.environ.get("IRIS_GPU_WORLD", "0")) or max(2, torch.cuda.device_count())
 CUDA = {"IRIS_TEST_BACKEND": "cuda", "IRIS_BACKEND": "cuda"}
 
 

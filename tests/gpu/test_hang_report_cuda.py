@@ -11,11 +11,12 @@ workbench GPU tests::
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 import torch
+
+from tests.gpu import WORLD
 
 pytest.importorskip("ipyparallel", reason="needs the carried Jupyter wheels (tests/gpu/install_wheels.sh)")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -23,8 +24,6 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
 import workbench  # noqa: E402
-
-WORLD = int(os.environ.get("IRIS_GPU_WORLD", "0")) or max(2, torch.cuda.device_count())
 
 # Rank 1 spins on flags[2], which no rank raises; flags[1] holds 5 so that the copy is seen to be real.
 WAIT_FOREVER = """

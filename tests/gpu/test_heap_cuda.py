@@ -5,17 +5,15 @@ Run on a GPU machine by tests/gpu/run_gpu_checks.sh; ranks share GPUs when there
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
+from tests.gpu import WORLD
 from tests.multirank import run_ranks
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 CASES = "tests.rank_cases_heap"
-WORLD = int(os.environ.get("IRIS_GPU_WORLD", "0")) or max(2, torch.cuda.device_count())
 CUDA = {"IRIS_TEST_BACKEND": "cuda", "IRIS_BACKEND": "cuda"}
 
 

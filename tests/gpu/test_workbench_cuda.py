@@ -17,11 +17,12 @@ asttokens 3.0.2, pure_eval 0.2.4, platformdirs 4.14.7. Then, on the GPU machine:
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 import torch
+
+from tests.gpu import WORLD
 
 pytest.importorskip("ipyparallel", reason="needs the carried Jupyter wheels (tests/gpu/install_wheels.sh)")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -29,8 +30,6 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
 import workbench  # noqa: E402
-
-WORLD = int(os.environ.get("IRIS_GPU_WORLD", "0")) or max(2, torch.cuda.device_count())
 
 PUT_TO_NEXT = """
 received = ctx.zeros(4096, dtype=torch.float32)
