@@ -141,8 +141,8 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int,
     matmul_all_reduce, the whole product for matmul_reduce_scatter's column blocks and all_gather_matmul,
     its own rows for matmul_all_gather) into pieces of at least 512 rows and 4M elements on average, at most 4 (2
     for some ops) (:func:`iris.ops.pieces.count`), each ``growth`` times the size of the one before
-    (:func:`iris.ops.pieces.sizes`; even by default). ``"auto"`` takes
-    it on GPUs when there are at least 2 pieces (something to overlap), else the sequential path.
+    (:func:`iris.ops.pieces.sizes`; even by default). ``"auto"`` takes it on GPUs when there are at least 2
+    pieces (something to overlap), else the sequential path.
 
     Examples
     --------
