@@ -41,7 +41,7 @@ from tokenize import TokenError
 CHANNEL_PREFIX = "iris-workbench-hang"
 CELL_PREFIX = "<iris-cell-"  # how cell source is registered (workbench.cluster.cell_filename)
 REQUEST = b"where\n"
-ANSWER_SWITCH_INTERVAL = 0.0001  # seconds: Python's switch interval while a question is answered (see _answer)
+ANSWER_SWITCH_INTERVAL = 0.0001  # seconds: Python's switch interval while answering (_lock_handed_over_often)
 # The GPU's small allocations (flags, counters, locks) are copied to the host; larger ones are data.
 FLAG_BYTES = 4096
 FLAG_ALLOCATIONS = 16
@@ -97,8 +97,27 @@ def _warm_up() -> None:
     _in_triton("/")
 
 
+@contextlib.contextmanager
+def _lock_handed_over_often():
+    """While this thread works, let the main thread hand Python's lock over 50 times as often.
+
+    A hung kernel's main thread, busy in the interpreter, keeps the lock for a whole switch interval (5 ms)
+    each time this thread waits for it, and an answer (or the warm-up before the first one) waits for it
+    hundreds of times: each torch call lets go of it. On a loaded 2-core machine that took more than the 3 s
+    the notebook waits."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(ANSWER_SWITCH_INTERVAL)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def _serve(listener: socket.socket, whereabouts: Whereabouts) -> None:
-    _warm_up()  # here, not in start(): the engine's set-up need not wait (a question waits in the backlog)
+    # Here, not in start(): the engine's set-up need not wait (a question waits in the backlog). A cell that
+    # hangs at once competes with the warm-up for the lock, as with an answer.
+    with _lock_handed_over_often():
+        _warm_up()
     while True:
         try:
             connection, _ = listener.accept()
@@ -120,18 +139,11 @@ def _answer(connection: socket.socket, whereabouts: Whereabouts) -> None:
     connection.settimeout(2.0)
     if connection.recv(len(REQUEST)) != REQUEST:
         return
-    # A hung kernel's main thread, busy in the interpreter, keeps Python's lock for a whole switch interval
-    # (5 ms) each time this thread waits for it, and an answer waits for it hundreds of times (each torch call
-    # lets go of it): on a loaded 2-core machine that took more than the 3 s the notebook waits. While
-    # answering, the main thread hands the lock over 50 times as often.
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(ANSWER_SWITCH_INTERVAL)
-    try:
-        answer = whereabouts.where()
-    except Exception as exc:  # a bug here must not end the thread: say it instead
-        answer = {"rank": whereabouts.rank, "state": "unknown", "detail": f"{type(exc).__name__}: {exc}"}
-    finally:
-        sys.setswitchinterval(interval)
+    with _lock_handed_over_often():
+        try:
+            answer = whereabouts.where()
+        except Exception as exc:  # a bug here must not end the thread: say it instead
+            answer = {"rank": whereabouts.rank, "state": "unknown", "detail": f"{type(exc).__name__}: {exc}"}
     connection.sendall(json.dumps(answer, default=str).encode())
 
 
