@@ -11,7 +11,10 @@ Examples
 """
 
 from . import interpret as _interpret
+from . import versions as _versions
 from .backend import choose_backend as _choose_backend
+
+_versions.check_versions()  # silent on supported releases; names the supported range otherwise
 
 
 def _activate_interpreter_if_cpu() -> None:

@@ -27,6 +27,7 @@ Examples
 
 import warnings
 
+import numpy as np
 import triton
 import triton.language as tl
 from triton.language.core import _aggregate as aggregate
@@ -52,9 +53,12 @@ _WRONG_RANK = tl.constexpr(
     "launch with rank=ctx.get_rank(), world_size=ctx.get_num_ranks()")
 
 # PTX spells a volatile load ld.volatile, which takes no cache operator: ptxas rejects ld.volatile.global.ca
-# and .cg ("Modifier '.volatile' cannot be combined with modifier '.cg'"); .cv compiles (Triton emits a plain
-# ld.volatile for it). AMD GPUs accept every combination, so upstream Iris's code and tests may use them.
+# and .cg ("Modifier '.volatile' cannot be combined with modifier '.cg'"). For .cv triton 3.6 and 3.7 emit a
+# plain ld.volatile, but 3.8 and later emit ld.volatile.cv, which ptxas rejects too; .cv ("fetch again") says
+# what volatile already does, so iris drops it and every triton emits the plain ld.volatile.
+# AMD GPUs accept every combination, so upstream Iris's code and tests may use them.
 PTX_REFUSES_VOLATILE_WITH = (".ca", ".cg")
+IMPLIED_BY_VOLATILE = ".cv"
 VOLATILE_WITH_CACHE_MODIFIER = (
     "a load with volatile=True cannot take cache_modifier={modifier!r}: PTX has no volatile load with a cache "
     "operator, so NVIDIA GPUs refuse it (ptxas: \"Modifier '.volatile' cannot be combined with modifier "
@@ -79,9 +83,9 @@ class VolatileCacheModifierWarning(UserWarning):
 
 
 @triton.constexpr_function
-def check_volatile_load(cache_modifier, volatile):
-    """A volatile load with a cache modifier that PTX cannot express: refused when compiling for a GPU, a
-    warning on the CPU interpreter.
+def volatile_load_modifier(cache_modifier, volatile):
+    """The cache modifier a load gets: ``""`` for a volatile ``.cv`` load; a volatile load with a cache
+    modifier that PTX cannot express refused when compiling for a GPU, a warning on the CPU interpreter.
 
     Called by every iris load that takes ``volatile`` (``iris.load``, ``DeviceContext.load``,
     ``IrisDeviceCtx.load``). Why not refused everywhere: upstream Iris's code and tests use such loads (AMD
@@ -89,6 +93,12 @@ def check_volatile_load(cache_modifier, volatile):
     warning says that the same kernel will not compile for an NVIDIA GPU, and what to change. A constexpr
     function, so the check costs nothing in the compiled kernel. (It raises and warns with classes, not
     formatted strings, through a class: Triton rejects any other callable a kernel's code refers to.)
+
+    Returns
+    -------
+    str
+        ``cache_modifier``, or ``""`` for ``volatile=True`` with ``".cv"``: a volatile load already fetches
+        again, and triton 3.8 and later would emit ``ld.volatile.cv``, which ptxas rejects.
 
     Raises
     ------
@@ -109,10 +119,11 @@ def check_volatile_load(cache_modifier, volatile):
     iris.device.VolatileCacheModifierError: a load with volatile=True cannot take cache_modifier='.cg': ...
     """
     _VolatileLoadCheck(cache_modifier, volatile)
+    return "" if volatile and cache_modifier == IMPLIED_BY_VOLATILE else cache_modifier
 
 
 class _VolatileLoadCheck:
-    """The body of :func:`check_volatile_load`, as a class: Triton lets kernel code (constexpr functions
+    """The check of :func:`volatile_load_modifier`, as a class: Triton lets kernel code (constexpr functions
     included) refer to classes but not to functions such as ``warnings.warn``."""
 
     def __init__(self, cache_modifier, volatile):
@@ -174,15 +185,15 @@ def load(pointer, to_rank, from_rank, heap_bases, mask=None, other=None, cache_m
          hint: tl.constexpr = None):
     """Load ``from_rank``'s copy of ``pointer``; ``to_rank`` is the calling rank (upstream's names).
 
-    ``volatile=True`` with ``cache_modifier=".ca"`` or ``".cg"`` is refused (:func:`check_volatile_load`).
+    ``volatile=True`` with ``cache_modifier=".ca"`` or ``".cg"`` is refused (:func:`volatile_load_modifier`).
 
     Examples
     --------
     >>> x = iris.load(buf + offs, cur_rank, peer, heap_bases, mask=offs < n)   # doctest: +SKIP
     """
-    check_volatile_load(cache_modifier, volatile)
     remote = translate(pointer, to_rank, from_rank, heap_bases, hint, mask)
-    return tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+    return tl.load(remote, mask=mask, other=other, volatile=volatile,
+                   cache_modifier=volatile_load_modifier(cache_modifier, volatile))
 
 
 @triton.jit
@@ -402,9 +413,9 @@ class DeviceContext:
              hint: tl.constexpr = None):
         """Load ``from_rank``'s copy of ``pointer`` (``volatile=True`` with ``".ca"``/``".cg"``: refused)."""
         event = self.tracing.op_start(TraceEvent().load, from_rank, pointer, mask)
-        check_volatile_load(cache_modifier, volatile)
         remote = self.as_remote(pointer, from_rank, mask, hint)
-        result = tl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+        result = tl.load(remote, mask=mask, other=other, volatile=volatile,
+                         cache_modifier=volatile_load_modifier(cache_modifier, volatile))
         self.tracing.op_end(event)
         return result
 
@@ -588,6 +599,12 @@ def _value(x):
     return handle.data if handle is not None else x
 
 
+def _scalar(x) -> int:
+    """The int an interpreted kernel's scalar holds: a one-element array there, which numpy >= 2.4 no longer
+    converts with ``int()``."""
+    return int(np.asarray(_value(x)).reshape(-1)[0])
+
+
 def _describe_bad_translation(failure: AssertionError) -> str:
     # On the interpreter the assertion is raised while translate() runs, so its frame still holds the
     # offending offsets and ranks.
@@ -599,11 +616,11 @@ def _describe_bad_translation(failure: AssertionError) -> str:
         tb = tb.tb_next
     if frame is None:
         return OUT_OF_HEAP
-    offsets, size = _value(frame["offset"]).reshape(-1), int(_value(frame["heap_size"]).reshape(-1)[0])
+    offsets, size = _value(frame["offset"]).reshape(-1), _scalar(frame["heap_size"])
     bad = (offsets < 0) | (offsets >= size)
     if frame.get("mask") is not None:
         bad &= _value(frame["mask"]).reshape(-1).astype(bool)
-    source, target = int(_value(frame["from_rank"])), int(_value(frame["to_rank"]))
+    source, target = _scalar(frame["from_rank"]), _scalar(frame["to_rank"])
     return (f"translated a pointer outside rank {source}'s heap on its way to rank {target} "
             f"(offset {int(offsets[bad][0])} not in [0, {size}); {int(bad.sum())} of {bad.size} lanes bad). "
             "Pointers handed to iris must point into the symmetric heap: allocate the tensor with the "

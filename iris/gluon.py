@@ -36,7 +36,7 @@ from triton.experimental.gluon import language as gl
 from triton.language.core import TRITON_BUILTIN
 from triton.language.core import _aggregate as aggregate
 
-from .device import HEAP_SIZE_SLOT, check_volatile_load, translate
+from .device import HEAP_SIZE_SLOT, translate, volatile_load_modifier
 from .hints import layout_hints  # noqa: F401  (public here too: the workbench imports it from iris.gluon)
 from .tracing.device import DeviceTracing, initialize_tracing
 from .tracing.events import TraceEvent
@@ -140,9 +140,9 @@ class IrisDeviceCtx:
         """Load ``from_rank``'s copy of ``pointer`` (``volatile=True`` with ``".ca"``/``".cg"``: refused)."""
         pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
         event = self.tracing.op_start(TraceEvent().load, from_rank, pointer, mask)
-        check_volatile_load(cache_modifier, volatile)
         remote = self.as_remote(pointer, from_rank, mask, hint)
-        result = gl.load(remote, mask=mask, other=other, cache_modifier=cache_modifier, volatile=volatile)
+        result = gl.load(remote, mask=mask, other=other, volatile=volatile,
+                         cache_modifier=volatile_load_modifier(cache_modifier, volatile))
         self.tracing.op_end(event)
         return result
 
@@ -287,3 +287,27 @@ class IrisDeviceCtx:
         result = gl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
         self.tracing.op_end(event)
         return result
+
+
+# The barrier between the threads of a program (a CTA): triton 3.6 names it gl.thread_barrier, 3.7 and later
+# gl.barrier (3.6 has no gl.barrier, 3.7 no gl.thread_barrier). One name that works on every supported triton,
+# on the GPU and on the CPU interpreter (where a program is one thread and the barrier does nothing).
+if hasattr(gl, "barrier"):
+    @gluon.jit
+    def cta_barrier():
+        """Wait until every thread of this program gets here (``gl.barrier()``; ``gl.thread_barrier()`` on
+        triton 3.6), e.g. between a block's stores and the one-thread atomic that releases them.
+
+        Examples
+        --------
+        >>> from iris.gluon import cta_barrier
+        >>> ctx.store(counter, value + 1, 0)                    # doctest: +SKIP
+        >>> cta_barrier()                                       # doctest: +SKIP
+        >>> ctx.atomic_xchg(lock, 0, 0, sem="release")          # doctest: +SKIP
+        """
+        gl.barrier()
+else:
+    @gluon.jit
+    def cta_barrier():
+        """Wait until every thread of this program gets here (``gl.thread_barrier()`` on triton 3.6)."""
+        gl.thread_barrier()

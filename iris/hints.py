@@ -72,7 +72,7 @@ HINTS = (
                     r"(?P<warp>\d+) threads per warp", re.MULTILINE), WARP_WIDTH_ADVICE),
     Hint(re.compile(_MLIR_ERROR + r"Layout has (?P<layout>\d+) warps per CTA, but the context requires "
                     r"(?P<warps>\d+) warps per CTA", re.MULTILINE), WARP_COUNT_ADVICE),
-    # A plain tl.load/gl.load (iris's own loads refuse this before compiling: iris.device.check_volatile_load).
+    # A plain tl.load/gl.load (iris's own loads refuse this before compiling: iris.device.volatile_load_modifier).
     Hint(re.compile(r"Modifier '\.volatile' cannot be combined with modifier '(?P<modifier>\.\w+)'"),
          VOLATILE_WITH_CACHE_MODIFIER),
 )

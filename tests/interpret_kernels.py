@@ -18,6 +18,8 @@ from triton.experimental.gluon.language.nvidia import hopper  # noqa: E402
 from triton.language import constexpr  # noqa: E402
 from triton.language.core import _aggregate as aggregate  # noqa: E402
 
+from iris.gluon import cta_barrier  # noqa: E402
+
 BLOCKED_1D = gl.BlockedLayout(size_per_thread=[1], threads_per_warp=[32], warps_per_cta=[4], order=[0])
 
 # ---------------------------------------------------------------- Gluon, element-wise and 2-D tiles
@@ -51,7 +53,7 @@ def row_col_stats(x_ptr, row_sum_ptr, col_max_ptr, scaled_ptr, row_prod_ptr,
     for step in gl.static_range(3):
         acc += gl.full_like(tile, step + 1)
     offset = gl.where(tile > 0, gl.zeros_like(tile), gl.full([M, N], -1.0, gl.float32, blocked))
-    gl.thread_barrier()
+    cta_barrier()
     gl.store(scaled_ptr + offs, tile * acc + offset)
 
 
@@ -232,3 +234,13 @@ def uses_warp_specialize(x_ptr):
 @gluon.jit
 def uses_hopper_fence(x_ptr):
     hopper.fence_async_shared()
+
+
+# ---------------------------------------------------------------- runtime scalars
+
+
+@triton.jit
+def fill_up_to(out_ptr, n):
+    """out[k] = k for k < n, looping over the runtime scalar n (numpy >= 2.4 broke this on triton 3.6)."""
+    for k in range(n):
+        tl.store(out_ptr + k, k)

@@ -5,7 +5,7 @@ tests/gpu/rank_cases_device_cuda.py.
 * ``amd_layout_load``: upstream Iris's Gluon examples' ``gl.BlockedLayout([1], [64], [1], [0])`` (64-wide warps);
   the interpreter ignores layouts, an NVIDIA GPU refuses it and :func:`iris.gluon.layout_hints` explains.
 * ``volatile_load_*``: ``volatile=True`` with the cache modifier ``CM``, through each iris API (which refuses
-  ``.ca``/``.cg`` everywhere: :func:`iris.device.check_volatile_load`) and through a plain ``tl.load`` (which
+  ``.ca``/``.cg`` everywhere: :func:`iris.device.volatile_load_modifier`) and through a plain ``tl.load`` (which
   iris cannot see: ptxas refuses it on a GPU, and ``layout_hints`` explains).
 """
 

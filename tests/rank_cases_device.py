@@ -23,7 +23,7 @@ from triton.experimental.gluon import language as gl
 
 import iris
 from iris.device import VolatileCacheModifierWarning
-from iris.gluon import IrisDeviceCtx
+from iris.gluon import IrisDeviceCtx, cta_barrier
 from tests import portability_kernels as portability
 from tests.gluon_auto_layout_kernels import every_method
 
@@ -359,7 +359,7 @@ def locked_increments_gluon(IrisDeviceCtx: gl.constexpr, context_tensor, lock, c
             pass
         value = ctx.load(counter, 0, volatile=True)
         ctx.store(counter, value + 1, 0)
-        gl.thread_barrier()
+        cta_barrier()
         ctx.atomic_xchg(lock, 0, 0, sem="release", scope="sys")
 
 
@@ -400,7 +400,7 @@ def ring_messages_gluon(IrisDeviceCtx: gl.constexpr, context_tensor, inbox, flag
     right = (ctx.cur_rank + 1) % ctx.num_ranks
     for k in range(rounds):
         ctx.put(inbox + (rounds + k) * BLOCK + offs, inbox + k * BLOCK + offs, right)
-        gl.thread_barrier()
+        cta_barrier()
         ctx.atomic_add(flag, 1, right, sem="release", scope="sys")
         while ctx.atomic_or(flag, 0, ctx.cur_rank, sem="acquire", scope="sys") <= k:
             pass

@@ -1,7 +1,8 @@
 """Run Triton aggregates and Gluon kernels on the Triton CPU interpreter.
 
 CPU only. ``iris/__init__.py`` calls :func:`activate` before anything defines a kernel; on a GPU
-machine nothing here runs. This package imports nothing else from ``iris``.
+machine nothing here runs. This package imports nothing else from ``iris`` but :mod:`iris.versions` (for
+the supported range its errors name).
 
 What :func:`activate` installs, one module each (every module says which triton code it works
 around, and why):
@@ -11,6 +12,7 @@ around, and why):
 * :mod:`.gluon`: ``@gluon.jit`` kernels run, layouts ignored; GPU-only Gluon features raise
   :class:`UnsupportedOnInterpreter`;
 * :mod:`.device_calls`: jit helpers made before activation (``gl.sum``, ``gl.zeros``...) run interpreted;
+* :mod:`.scalar_index`: ``range(n)`` over a runtime scalar works with numpy >= 2.4 (triton 3.6 needs it);
 * :mod:`.clock`: the device clock's inline PTX reads the host's monotonic clock (device tracing);
 * :mod:`.guard`: launching a kernel decorated before activation raises a clear ``RuntimeError``.
 
@@ -28,9 +30,8 @@ True
 import os
 
 from .errors import UnsupportedOnInterpreter
-from .version import TESTED_TRITON_VERSIONS
 
-__all__ = ["TESTED_TRITON_VERSIONS", "UnsupportedOnInterpreter", "activate", "is_active"]
+__all__ = ["UnsupportedOnInterpreter", "activate", "is_active"]
 
 _activated = False
 
@@ -39,18 +40,13 @@ def activate():
     """Switch Triton to the CPU interpreter and install the adapter; idempotent.
 
     Sets ``TRITON_INTERPRET=1`` (read by ``@triton.jit`` when it decorates, so call this before
-    kernels are defined), checks the installed Triton (see :mod:`.version`) and installs the patches
-    once.
+    kernels are defined), checks that the installed Triton has the internals the adapter patches (see
+    :mod:`.version`) and installs the patches once.
 
     Raises
     ------
     RuntimeError
-        When the installed Triton lacks internals the adapter patches; pin ``triton==3.6.0``.
-
-    Warns
-    -----
-    UserWarning
-        When the installed Triton version was never tested with the adapter.
+        When the installed Triton lacks internals the adapter patches; the message says the supported range.
 
     Examples
     --------
@@ -68,13 +64,13 @@ def activate():
 
     import triton
 
-    from . import aggregate, clock, constexpr, device_calls, gluon, guard, version
+    from . import aggregate, clock, constexpr, device_calls, gluon, guard, scalar_index, version
 
-    version.check_triton_version()
+    version.check_triton_internals()
     # triton.knobs reads TRITON_INTERPRET on every access unless a value was assigned to the knob;
     # assign it too, so an earlier ``triton.knobs.runtime.interpret = False`` cannot win.
     triton.knobs.runtime.interpret = True
-    for module in (constexpr, aggregate, gluon, device_calls, clock, guard):
+    for module in (constexpr, aggregate, gluon, device_calls, scalar_index, clock, guard):
         module.install()
     _activated = True
 

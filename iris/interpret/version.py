@@ -1,9 +1,10 @@
-"""Version gate: the adapter patches Triton internals, so check they are the ones it was written against."""
+"""Internals gate: the adapter patches Triton internals, so check that the installed Triton has them all.
+
+The adapter works by feature detection, not by release: each module checks what it needs (and works around
+what a release lacks) where it patches; this list is what every supported release must have.
+"""
 
 import importlib
-import warnings
-
-TESTED_TRITON_VERSIONS = ("3.6.0",)
 
 # Every Triton internal the adapter reads or wraps, as (module, attribute); an attribute may be dotted
 # (a class's method).
@@ -24,6 +25,7 @@ REQUIRED_TRITON_INTERNALS = (
     ("triton._C.libtriton.ir", "MEM_SEMANTIC"),
     ("triton._C.libtriton.ir", "ATOMIC_OP"),
     ("triton.runtime.interpreter", "_LangPatchScope"),
+    ("triton.runtime.interpreter", "_patch_lang_tensor"),
     ("triton.runtime.errors", "InterpreterError"),
     ("triton.language.semantic", "TritonSemantic"),
     ("triton.language.core", "_aggregate"),
@@ -48,7 +50,7 @@ def missing_triton_internals():
 
     Examples
     --------
-    >>> missing_triton_internals()  # with triton 3.6.0
+    >>> missing_triton_internals()  # with any supported triton
     []
     """
     missing = []
@@ -66,48 +68,30 @@ def missing_triton_internals():
     return missing
 
 
-def check_triton_version():
-    """Check that the installed Triton can be adapted; warn when it was never tested.
+def check_triton_internals():
+    """Check that the installed Triton has every internal the adapter patches.
+
+    Which release it is does not matter here (``import iris`` warns about releases outside the supported
+    range: :mod:`iris.versions`); what matters is that the internals are where the adapter looks.
 
     Raises
     ------
     RuntimeError
-        When internals the adapter patches are missing (Triton moved them).
-
-    Warns
-    -----
-    UserWarning
-        When the Triton version is not in ``TESTED_TRITON_VERSIONS``, or when numpy >= 2.4
-        is paired with triton 3.6 (its interpreter then fails on ``range(<tensor>)`` loops).
+        When internals the adapter patches are missing (Triton moved them): names them and the supported range.
 
     Examples
     --------
-    >>> check_triton_version()  # silent on triton 3.6.0 with numpy < 2.4
+    >>> check_triton_internals()  # silent on every supported triton
     """
-    import numpy
     import triton
 
-    version = triton.__version__
+    from ..versions import SUPPORTED
+
     missing = missing_triton_internals()
     if missing:
+        triton_range = next(requirement for requirement in SUPPORTED if requirement.package == "triton")
         raise RuntimeError(
-            f"iris.interpret cannot adapt triton {version} for the CPU interpreter: these internals it "
-            f"patches are missing: {', '.join(missing)}. Install a tested version, e.g. "
-            f"pip install 'triton=={TESTED_TRITON_VERSIONS[-1]}' 'numpy<2.4'."
-        )
-    if version not in TESTED_TRITON_VERSIONS:
-        warnings.warn(
-            f"iris.interpret patches Triton internals to run Triton aggregates and Gluon kernels on the "
-            f"CPU interpreter and was tested on triton {', '.join(TESTED_TRITON_VERSIONS)}; the installed "
-            f"triton is {version}. If kernels misbehave on the CPU, pin "
-            f"triton=={TESTED_TRITON_VERSIONS[-1]}.",
-            stacklevel=3,
-        )
-    numpy_major_minor = tuple(int(part) for part in numpy.__version__.split(".")[:2])
-    if version.startswith("3.6.") and numpy_major_minor >= (2, 4):
-        warnings.warn(
-            f"numpy {numpy.__version__} breaks triton {version}'s CPU interpreter on loops such as "
-            "`for k in range(<tensor>)` (TypeError: only 0-dimensional arrays can be converted to "
-            "Python scalars). Pin numpy<2.4.",
-            stacklevel=3,
+            f"iris.interpret cannot adapt triton {triton.__version__} for the CPU interpreter: these internals it "
+            f"patches are missing: {', '.join(missing)}. iris supports triton {triton_range.span}: "
+            f"pip install '{triton_range.specifier}'."
         )
