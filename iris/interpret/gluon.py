@@ -39,7 +39,7 @@ import triton.experimental.gluon.language as gl
 import triton.experimental.gluon.language._core as gl_core
 import triton.language as tl
 from triton.experimental.gluon.language._semantic import GluonSemantic
-from triton.language.core import TRITON_BUILTIN
+from triton.language.core import TRITON_BUILTIN, _unwrap_if_constexpr
 from triton.language.semantic import TritonSemantic
 from triton.runtime import interpreter
 from triton.runtime.errors import InterpreterError
@@ -121,6 +121,13 @@ class GluonInterpreterSemantic(TritonSemantic):
 
     def num_warps(self, generator=None):
         return tl.constexpr(self.launch_num_warps)
+
+    def to_tensor(self, x, check_type=True):
+        # Python runs ``gl.num_warps() + offs`` as constexpr.__add__, which wraps the tensor it computes in a
+        # constexpr (the compiler would have called the tensor's __radd__). triton 3.6's to_tensor unwrapped a
+        # constexpr before asking whether it holds a tensor; 3.7 and later ask first and refuse ("cannot
+        # convert [308] of type <class 'triton.language.core.tensor'> to tensor"). Unwrap first on every version.
+        return super().to_tensor(_unwrap_if_constexpr(x), check_type)
 
     def num_ctas(self):
         return tl.constexpr(1)

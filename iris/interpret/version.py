@@ -31,6 +31,7 @@ REQUIRED_TRITON_INTERNALS = (
     ("triton.language.core", "_aggregate"),
     ("triton.language.core", "block_type"),
     ("triton.language.core", "TRITON_BUILTIN"),
+    ("triton.language.core", "_unwrap_if_constexpr"),
     ("triton.experimental.gluon", "jit"),
     ("triton.experimental.gluon._runtime", "jit"),
     ("triton.experimental.gluon._runtime", "GluonJITFunction"),
