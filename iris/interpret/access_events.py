@@ -92,10 +92,12 @@ def _tell_access(kind: str, ptrs, mask) -> None:
             observer.access(kind, addresses, lanes, _itemsize(ptrs))
 
 
+# The cache options after the mask differ between releases (triton 3.6 to 3.8: cache_modifier, eviction_policy;
+# 3.9: cache_policy), so they pass through untouched.
 def _observed_load(create_masked_load):
     @functools.wraps(create_masked_load)
-    def load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
-        result = create_masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
+    def load(self, ptrs, mask, *options, **named_options):
+        result = create_masked_load(self, ptrs, mask, *options, **named_options)
         _tell_access("load", ptrs, mask)
         return result
 
@@ -104,8 +106,8 @@ def _observed_load(create_masked_load):
 
 def _observed_store(create_masked_store):
     @functools.wraps(create_masked_store)
-    def store(self, ptrs, value, mask, cache_modifier, eviction_policy):
-        result = create_masked_store(self, ptrs, value, mask, cache_modifier, eviction_policy)
+    def store(self, ptrs, value, mask, *options, **named_options):
+        result = create_masked_store(self, ptrs, value, mask, *options, **named_options)
         _tell_access("store", ptrs, mask)
         return result
 
