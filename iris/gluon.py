@@ -7,7 +7,7 @@ same ``@triton.jit`` routine the Triton API uses (a ``@gluon.jit`` function may 
 code generator compiles callees in Gluon mode, and the routine's ``tl`` operations keep their
 operands' layouts).
 
-Layouts on the GPU (triton 3.6): a kernel whose layouts are all left to the compiler, such as one built
+Layouts on the GPU (triton 3.6 to 3.9, compiled for sm_90 by tests/test_gluon_sm90.py): a kernel whose layouts are all left to the compiler, such as one built
 on ``gl.arange(0, BLOCK)`` with no layout, fails to compile on a GPU in the ``GluonResolveAutoEncodings``
 pass with "'tt.make_range' op Failed to infer return type" (the CPU interpreter ignores layouts and runs
 it). Every ``IrisDeviceCtx`` method therefore gives such pointer blocks (and the values and masks of
@@ -52,7 +52,7 @@ def has_auto_layout(value) -> bool:
 def anchor_auto_layout(value, _semantic=None):
     """``value`` with ``gl.CoalescedLayout()`` if its layout is automatic, else ``value`` unchanged (None too).
 
-    Why: triton 3.6 cannot resolve a kernel whose layouts are all automatic (the user's layout-less
+    Why: triton 3.6 to 3.9 cannot resolve a kernel whose layouts are all automatic (the user's layout-less
     ``gl.arange(0, BLOCK)``): ``GluonResolveAutoEncodings`` fails with "'tt.make_range' op Failed to infer
     return type". One anchored tensor is enough: the pass propagates its layout to the range, the masks
     and the values loaded through it. Explicit layouts are the user's choice and are never touched.

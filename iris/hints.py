@@ -65,7 +65,7 @@ class Hint:
 _MLIR_ERROR = r"^(?P<where>\S+:\d+:\d+): error: [^\n]*?\s*"
 
 HINTS = (
-    # triton 3.6: a kernel whose layouts are all automatic (gl.arange(0, BLOCK) with no layout).
+    # triton 3.6 to 3.9: a kernel whose layouts are all automatic (gl.arange(0, BLOCK) with no layout).
     Hint(re.compile(_MLIR_ERROR + r"'tt\.make_range' op Failed to infer return type", re.MULTILINE), LAYOUT_ADVICE),
     # An AMD layout (64-wide warps) compiled for NVIDIA (32-wide).
     Hint(re.compile(_MLIR_ERROR + r"Layout has (?P<layout>\d+) threads per warp, but the module specifies "
