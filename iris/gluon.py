@@ -7,15 +7,15 @@ same ``@triton.jit`` routine the Triton API uses (a ``@gluon.jit`` function may 
 code generator compiles callees in Gluon mode, and the routine's ``tl`` operations keep their
 operands' layouts).
 
-Layouts on the GPU (triton 3.6 to 3.9, compiled for sm_90 by tests/test_gluon_sm90.py): a kernel whose layouts are all left to the compiler, such as one built
-on ``gl.arange(0, BLOCK)`` with no layout, fails to compile on a GPU in the ``GluonResolveAutoEncodings``
-pass with "'tt.make_range' op Failed to infer return type" (the CPU interpreter ignores layouts and runs
-it). Every ``IrisDeviceCtx`` method therefore gives such pointer blocks (and the values and masks of
-atomics) ``gl.CoalescedLayout()`` (:func:`anchor_auto_layout`), which the compiler propagates to the rest
-of the kernel: upstream's layout-less examples run as written. Explicit layouts are never changed. A
-kernel with no ``IrisDeviceCtx`` call still has nothing to anchor: give its range a layout
-(``gl.CoalescedLayout()`` is portable across 32- and 64-wide warps; an explicit ``gl.BlockedLayout`` must
-match the warp width, 32 on NVIDIA, while AMD examples say 64), and launch inside
+Layouts on the GPU (triton 3.6 to 3.9, compiled for sm_90 by tests/test_gluon_sm90.py): a kernel whose layouts
+are all left to the compiler, such as one built on ``gl.arange(0, BLOCK)`` with no layout, fails to compile on
+a GPU in the ``GluonResolveAutoEncodings`` pass with "'tt.make_range' op Failed to infer return type" (the CPU
+interpreter ignores layouts and runs it). Every ``IrisDeviceCtx`` method therefore gives such pointer blocks
+(and the values and masks of atomics) ``gl.CoalescedLayout()`` (:func:`anchor_auto_layout`), which the
+compiler propagates to the rest of the kernel: upstream's layout-less examples run as written. Explicit
+layouts are never changed. A kernel with no ``IrisDeviceCtx`` call still has nothing to anchor: give its range
+a layout (``gl.CoalescedLayout()`` is portable across 32- and 64-wide warps; an explicit ``gl.BlockedLayout``
+must match the warp width, 32 on NVIDIA, while AMD examples say 64), and launch inside
 :func:`iris.hints.layout_hints` (also importable from here) to get that advice instead of the bare compiler
 error; it also explains a ``BlockedLayout`` written for AMD's 64-wide warps.
 
