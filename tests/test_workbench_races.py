@@ -38,6 +38,24 @@ message[(1,)](ctx.get_device_context(), inbox, flag, out, rank, world_size, "{re
 ctx.barrier()
 """
 
+# Rank 0 bumps a counter in rank 1's heap with an atomic while rank 1 reads it plainly: a race whose atomic side
+# reaches the checker through the hang report's observer too; its line must still be the kernel's.
+COUNT = """
+@triton.jit
+def count(context, counter, seen, rank: tl.constexpr, world: tl.constexpr):
+    dctx = DeviceContext.initialize(context, rank, world)
+    if rank == 0:
+        dctx.atomic_add(counter, 1, 1, sem="relaxed", scope="sys")
+    if rank == 1:
+        tl.store(seen, tl.load(counter))
+
+counter = ctx.zeros(1, dtype=torch.int32)
+seen = ctx.zeros(1, dtype=torch.int32)
+ctx.barrier()
+count[(1,)](ctx.get_device_context(), counter, seen, rank, world_size)
+ctx.barrier()
+"""
+
 
 @pytest.fixture
 def displayed(monkeypatch):
@@ -80,6 +98,11 @@ def test_checked_cluster_shows_a_relaxed_flag_race_named_after_variables(shell, 
     # Cells follow each other on every rank: no race between one cell's kernels and the next cell's.
     assert run(shell, displayed, "", "out.fill_(0.0)\nctx.barrier()\n" + MESSAGE.format(
         release="release", acquire="acquire")) == []
+    # An atomic's side of a race is named at its line in the cell, as a load's or a store's is.
+    (report,) = run(shell, displayed, "", COUNT)
+    race = next(r for r in report.races if r.element_name == "counter[0]")
+    sides = {race.first.kind: race.first.line, race.second.kind: race.second.line}
+    assert sides == {"atomic_add": 7, "load": 9}, sides
 
 
 def test_check_races_on_a_cell_turns_the_checker_on_and_reports_none(shell, displayed):

@@ -215,7 +215,9 @@ class RaceDetector:
 
     def _site(self, kind: str) -> int:
         """Index of the access site (kernel, kind, file, line) in this rank's site table."""
-        frame = sys._getframe(2)
+        # From the frame that asked for the access, not from our caller: an atomic reaches this observer
+        # through the other observers' atomic() (the workbench's hang report is one), outside the kernel.
+        frame = access_events.access_frame() or sys._getframe(2)
         while frame is not None:
             code = frame.f_code
             is_source = self._kernel_source.get(code)

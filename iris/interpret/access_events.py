@@ -22,6 +22,9 @@ feature, :mod:`iris.checking`) knows nothing of Triton's internals. An observer 
   that failed did not), and return ``result``. Wrapping the real atomic lets the observer make the atomic and
   its own bookkeeping one indivisible step across processes.
 
+While an observer is called, :func:`access_frame` is the frame that asked the builder for the access: walk out
+from it to find the kernel's line (the observer's own caller may be another observer's ``atomic``).
+
 Examples
 --------
 >>> class Printer:
@@ -34,6 +37,8 @@ Examples
 """
 
 import functools
+import sys
+import threading
 
 import numpy as np
 from triton._C.libtriton import ir
@@ -42,6 +47,7 @@ from triton.runtime import interpreter
 from .patching import replace_once
 
 _observers = []
+_reporting = threading.local()  # .frame: the builder's caller, while observers hear of its access
 
 SEMANTICS = {
     ir.MEM_SEMANTIC.RELAXED: "relaxed",
@@ -73,6 +79,23 @@ def remove_observer(observer) -> None:
         _observers.remove(observer)
 
 
+def access_frame():
+    """The frame that asked the interpreter's builder for the access being reported now (None outside a report).
+
+    Returns
+    -------
+    frame or None
+        Triton's semantic layer, usually; the kernel's own frame is further out (``f_back``).
+
+    Examples
+    --------
+    >>> class Where:
+    ...     def access(self, kind, addresses, mask, itemsize):
+    ...         frame = access_frame()                         # walk out to the first frame of the kernel's file
+    """
+    return getattr(_reporting, "frame", None)
+
+
 def _lanes(pointers, mask):
     """Flat addresses and the flat mask broadcast to them (a scalar mask such as ``get_int1(True)`` included)."""
     addresses = np.ascontiguousarray(pointers.data, dtype=np.uint64).reshape(-1)
@@ -84,12 +107,16 @@ def _itemsize(pointers):
     return max(1, pointers.get_element_ty().primitive_bitwidth // 8)  # int1 is stored in a byte
 
 
-def _tell_access(kind: str, ptrs, mask) -> None:
+def _tell_access(kind: str, ptrs, mask, frame) -> None:
     """Tell every observer about a plain load or store (nothing to do, and nothing computed, without one)."""
     if _observers:
         addresses, lanes = _lanes(ptrs, mask)
-        for observer in list(_observers):
-            observer.access(kind, addresses, lanes, _itemsize(ptrs))
+        _reporting.frame = frame
+        try:
+            for observer in list(_observers):
+                observer.access(kind, addresses, lanes, _itemsize(ptrs))
+        finally:
+            _reporting.frame = None
 
 
 # The cache options after the mask differ between releases (triton 3.6 to 3.8: cache_modifier, eviction_policy;
@@ -98,7 +125,7 @@ def _observed_load(create_masked_load):
     @functools.wraps(create_masked_load)
     def load(self, ptrs, mask, *options, **named_options):
         result = create_masked_load(self, ptrs, mask, *options, **named_options)
-        _tell_access("load", ptrs, mask)
+        _tell_access("load", ptrs, mask, sys._getframe(1))
         return result
 
     return load
@@ -108,19 +135,23 @@ def _observed_store(create_masked_store):
     @functools.wraps(create_masked_store)
     def store(self, ptrs, value, mask, *options, **named_options):
         result = create_masked_store(self, ptrs, value, mask, *options, **named_options)
-        _tell_access("store", ptrs, mask)
+        _tell_access("store", ptrs, mask, sys._getframe(1))
         return result
 
     return store
 
 
-def _through_observers(kind, ptr, lanes, sem, perform):
+def _through_observers(kind, ptr, lanes, sem, perform, frame):
     """Run ``perform`` inside every observer's ``atomic`` (nested, so each sees the atomic as one step)."""
     addresses = np.ascontiguousarray(ptr.data, dtype=np.uint64).reshape(-1)
     itemsize = _itemsize(ptr)
     for observer in list(_observers):
         perform = functools.partial(_observing, observer, kind, addresses, lanes, itemsize, sem, perform)
-    return perform()[0]
+    _reporting.frame = frame
+    try:
+        return perform()[0]
+    finally:
+        _reporting.frame = None
 
 
 def _observing(observer, kind, addresses, lanes, itemsize, sem, perform):
@@ -144,7 +175,7 @@ def _observed_rmw(create_atomic_rmw):
         def perform():
             return create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope), lanes
 
-        return _through_observers(RMW_KINDS[rmw_op], ptr, lanes, SEMANTICS[sem], perform)
+        return _through_observers(RMW_KINDS[rmw_op], ptr, lanes, SEMANTICS[sem], perform, sys._getframe(1))
 
     return rmw
 
@@ -161,7 +192,7 @@ def _observed_cas(create_atomic_cas):
             swapped = np.broadcast_to(result.data == cmp.data, np.shape(ptr.data)).reshape(-1)
             return result, swapped
 
-        return _through_observers("atomic_cas", ptr, lanes, SEMANTICS[sem], perform)
+        return _through_observers("atomic_cas", ptr, lanes, SEMANTICS[sem], perform, sys._getframe(1))
 
     return cas
 
