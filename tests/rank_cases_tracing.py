@@ -65,6 +65,16 @@ def traced_ops(context, src, dst, counters, rank: tl.constexpr, world: tl.conste
         ctx.tracing.record_event_end(phase)
 
 
+@triton.jit
+def user_events_untraced(context, src, rank: tl.constexpr, world: tl.constexpr, BLOCK: tl.constexpr):
+    """Upstream's user events in a kernel whose context was initialised with tracing off: nothing happens."""
+    ctx = iris.DeviceContext.initialize(context, rank, world)
+    offs = tl.arange(0, BLOCK)
+    phase = ctx.tracing.record_event_start(TraceEvent().compute, rank, src + offs, tl.program_id(0), 0)
+    ctx.store(src + offs, offs.to(tl.float32), rank)
+    ctx.tracing.record_event_end(phase)
+
+
 @gluon.jit
 def traced_ops_gluon(IrisDeviceCtx: gl.constexpr, context, src, dst, counters, TRACE: gl.constexpr,
                      BLOCK: gl.constexpr, VALID: gl.constexpr):
@@ -216,6 +226,30 @@ def merged_trace(name):
         mine = json.load(f)
     return {"rank": r, "bracket": [before, after], "merged": merged, "mine_metadata": mine["metadata"],
             "mine_events": len(mine["traceEvents"])}
+
+
+def user_events_when_tracing_is_compiled_out():
+    """record_event_start/end on a context initialised with tracing=False touch nothing (with the race checker on,
+    tracing enabled on the host or not): the kernel's own store lands, the context and every rank's heap else
+    stay as they were."""
+    ctx = iris.iris("8MiB", backend=BACKEND, check="races" if BACKEND == "cpu" else None)
+    src = ctx.zeros(BLOCK, name="src")
+    bystander = ctx.full((4096,), 3.0, name="bystander")
+    context = ctx.get_device_context()
+    recorded = []
+    for enabled in (False, True):
+        if enabled:
+            ctx.tracing.enable(max_events=64)
+            context = ctx.get_device_context()
+        before = context.clone()
+        ctx.barrier()
+        user_events_untraced[(1,)](context, src, ctx.cur_rank, ctx.num_ranks, BLOCK)
+        ctx.barrier()
+        assert torch.equal(context, before), (before, context)
+        recorded.append(ctx.tracing.recorded() if enabled else 0)
+    assert torch.equal(src.cpu(), torch.arange(BLOCK, dtype=torch.float32))
+    assert bool((bystander == 3.0).all())
+    return {"rank": ctx.cur_rank, "recorded": recorded, "races": len(ctx.races()) if BACKEND == "cpu" else 0}
 
 
 def overflow():

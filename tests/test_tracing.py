@@ -72,6 +72,13 @@ def test_overflow_is_dropped_and_counted_never_written():
     assert [r["dropped"] for r in results] == [2 * 2 * 15 - 5] * 2
 
 
+def test_user_events_in_an_untraced_kernel_touch_nothing():
+    # tracing=False points the device tracing at the context tensor itself: a user event recorded there once
+    # read the heap bases as buffer addresses and crashed the rank (SIGSEGV under the race checker).
+    results = run_ranks(2, f"{CASES}:user_events_when_tracing_is_compiled_out")
+    assert results == [{"rank": r, "recorded": [0, 0], "races": 0} for r in range(2)]
+
+
 def test_tracing_before_enable_says_what_to_do():
     ctx = iris.iris("1MiB", backend="cpu")
     with pytest.raises(RuntimeError, match=r"rank 0: tracing.export before tracing.enable\(\)"):

@@ -111,6 +111,9 @@ class DeviceTracing:
     def record_event_start(self, event_id: tl.constexpr, target_rank, address, pid_m, pid_n, mask=None):
         """Record the start of an event (upstream's signature); returns the handle for :meth:`record_event_end`.
 
+        Nothing at all in a kernel whose context was initialised with ``tracing=False`` (the handle is then the
+        constant 0): its slots are not there to write to.
+
         Parameters
         ----------
         event_id : constexpr int
@@ -133,6 +136,15 @@ class DeviceTracing:
         --------
         >>> h = ctx.tracing.record_event_start(TraceEvent().wait, peer, flag, pid_m, pid_n)   # doctest: +SKIP
         """
+        handle = 0
+        # Why compiled out: with tracing off, ``slots`` is the context tensor itself (initialize_tracing), whose
+        # heap bases the recording below would take for buffer addresses and write to.
+        if self.enabled:
+            handle = self._record_start(event_id, target_rank, address, pid_m, pid_n, mask)
+        return handle
+
+    @triton.jit
+    def _record_start(self, event_id: tl.constexpr, target_rank, address, pid_m, pid_n, mask=None):
         start = device_clock()
         # A kernel compiled with tracing=True may run while ctx.tracing is not enabled (upstream allows it):
         # then the counter's address is 0, so nothing at all may be touched.
@@ -170,15 +182,14 @@ class DeviceTracing:
         tracing is compiled in; nothing at all when it is not (the handle is then the constant 0)."""
         handle = 0
         if self.enabled:
-            handle = self.record_event_start(event_id, target_rank, address, tl.program_id(0), tl.program_id(1),
-                                             mask)
+            handle = self._record_start(event_id, target_rank, address, tl.program_id(0), tl.program_id(1), mask)
         return handle
 
     @triton.jit
     def op_end(self, handle):
         """:meth:`record_event_end` when tracing is compiled in; nothing when it is not."""
         if self.enabled:
-            self.record_event_end(handle)
+            self._record_end(handle)
 
     @triton.jit
     def record_event_end(self, handle):
@@ -188,6 +199,11 @@ class DeviceTracing:
         --------
         >>> ctx.tracing.record_event_end(h)   # doctest: +SKIP
         """
+        if self.enabled:  # compiled out with tracing off, as record_event_start is
+            self._record_end(handle)
+
+    @triton.jit
+    def _record_end(self, handle):
         end = device_clock()
         kept = (tl.load(self.slots + _ENABLED) != 0) & (handle < tl.load(self.slots + _MAX_EVENTS))
         tl.store(_buffer(self.slots, _END, tl.int64) + handle, end, mask=kept)
