@@ -14,7 +14,9 @@ around, and why):
 * :mod:`.device_calls`: jit helpers made before activation (``gl.sum``, ``gl.zeros``...) run interpreted;
 * :mod:`.scalar_index`: ``range(n)`` over a runtime scalar works with numpy >= 2.4 (triton 3.6 needs it);
 * :mod:`.clock`: the device clock's inline PTX reads the host's monotonic clock (device tracing);
-* :mod:`.guard`: launching a kernel decorated before activation raises a clear ``RuntimeError``.
+* :mod:`.guard`: launching a kernel decorated before activation raises a clear ``RuntimeError``;
+* :mod:`.bf16`: bfloat16 arithmetic, conversions, reductions, ``tl.dot`` and atomics give what a GPU gives
+  (the interpreter computes on bf16's raw bits); what it cannot emulate for bf16 raises.
 
 Installed later, by the first observer only: :mod:`.access_events` reports every load, store, atomic, launch and
 program to observers (the race checker, :mod:`iris.checking`).
@@ -64,13 +66,13 @@ def activate():
 
     import triton
 
-    from . import aggregate, clock, constexpr, device_calls, gluon, guard, scalar_index, version
+    from . import aggregate, bf16, clock, constexpr, device_calls, gluon, guard, scalar_index, version
 
     version.check_triton_internals()
     # triton.knobs reads TRITON_INTERPRET on every access unless a value was assigned to the knob;
     # assign it too, so an earlier ``triton.knobs.runtime.interpret = False`` cannot win.
     triton.knobs.runtime.interpret = True
-    for module in (constexpr, aggregate, gluon, device_calls, scalar_index, clock, guard):
+    for module in (constexpr, aggregate, gluon, device_calls, scalar_index, clock, guard, bf16):
         module.install()
     _activated = True
 
