@@ -1,19 +1,15 @@
-"""Kernels for tests/test_interpret_bf16.py, defined after the CPU interpreter is switched on.
+"""Kernels for tests/test_interpret_bf16.py, and for tests/gpu/test_bf16_cuda.py, which runs them on a GPU too.
 
-``TRITON_INTERPRET`` is read when ``@triton.jit``/``@gluon.jit`` decorate, so this module activates the
-interpreter before its first kernel, whichever test module imported it first.
+``TRITON_INTERPRET`` is read when ``@triton.jit``/``@gluon.jit`` decorate, so this module imports iris before its
+first kernel: on a machine without a GPU (or with ``IRIS_BACKEND=cpu``) that switches Triton to the interpreter.
 """
 
-import iris.interpret
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
-iris.interpret.activate()
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-from triton.experimental import gluon  # noqa: E402
-from triton.experimental.gluon import language as gl  # noqa: E402
-
-import iris  # noqa: E402
+import iris
 
 # Element-wise operations, in the order of their rows in ``elementwise``'s output.
 BINARY_OPS = ("add", "sub", "mul", "div", "min", "max", "fma", "neg", "abs", "where", "mixed_add", "mixed_mul",
