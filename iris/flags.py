@@ -17,7 +17,8 @@ per program that the program reads at its start and stores back, plus one, at it
 captured the kernel then counts on every replay, where a number passed from the host would replay the same.
 
 Both sides go through the device context, so a kernel initialised with ``tracing=True`` records each signal
-as a release and each poll as an acquire (the timeline draws an arrow from one to the other), the race checker
+and each poll (the timeline draws an arrow from the signal to the poll that saw it; the trace records no values,
+so where several programs poll one flag a poll, an atomic add of 0, can be taken for the write), the race checker
 sees a release whose value an acquire reads, and a hang report names the flag a rank waits on. The functions
 work with the functional API's kernels too: build a context with ``DeviceContext.initialize``.
 
