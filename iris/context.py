@@ -19,6 +19,7 @@ Run with ``torchrun --nproc_per_node=2 script.py``:
 from __future__ import annotations
 
 import os
+import warnings
 import weakref
 from types import MappingProxyType
 
@@ -38,6 +39,13 @@ from .ops.namespace import Ops
 from .sizes import parse_size
 from .tracing import Tracing
 
+LATE_INTERPRETER = (
+    "backend='cpu' here, but `import iris` chose the cuda backend (a GPU is visible and IRIS_BACKEND was not "
+    "'cpu'), so Triton's CPU interpreter comes on only now: iris.DeviceContext and IrisDeviceCtx were built for "
+    "the GPU compiler and their methods fail on the interpreter (e.g. \"store() missing 1 required positional "
+    "argument: 'to_rank'\"), and kernels defined before this call cannot run. Set IRIS_BACKEND=cpu before "
+    "importing iris (os.environ['IRIS_BACKEND'] = 'cpu', or in the shell) to run on the CPU on this machine."
+)
 
 class Iris:
     """A rank's view of the symmetric heaps. Create it with :func:`iris.iris`, collectively on every rank.
@@ -65,6 +73,8 @@ class Iris:
         if self.backend == "cpu":
             from . import interpret
 
+            if not interpret.is_active():
+                warnings.warn(LATE_INTERPRETER, RuntimeWarning, stacklevel=2)
             interpret.activate()
         self.group = HostGroup.from_environment()
         self.cur_rank = self.group.rank

@@ -312,3 +312,22 @@ def test_stale_kernel_guard_names_the_kernel_and_the_cure(tmp_path):
         assert decorator in message
         assert "TRITON_INTERPRET=1" in message and "import iris" in message and "re-run" in message
     assert [line for line in result.stdout.splitlines() if line.startswith("SUM:")] == ["SUM: 28.0"] * 2
+
+
+def test_cpu_context_after_a_gpu_import_says_what_breaks_and_what_to_do():
+    # What a GPU machine does when `import iris` chose cuda and a context then asks for the CPU: here, with
+    # IRIS_BACKEND=cuda at import on a machine without a GPU (import iris then leaves the interpreter off).
+    code = textwrap.dedent("""
+        import warnings
+        import iris
+        assert not iris.interpret.is_active()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ctx = iris.iris("1MiB", backend="cpu")
+        print([str(w.message) for w in caught if w.category is RuntimeWarning])
+    """)
+    env = {**os.environ, "IRIS_BACKEND": "cuda", "PYTHONPATH": ROOT}
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Set IRIS_BACKEND=cpu before importing iris" in done.stdout and "DeviceContext" in done.stdout

@@ -142,7 +142,7 @@ class Workbench:
         from traitlets.config import Config
 
         config = Config()
-        config.EngineLauncher.environment = _engine_environment()
+        config.EngineLauncher.environment = _engine_environment(self.backend)
         config.LocalProcessLauncher.stop_seconds_until_kill = STOP_SECONDS_UNTIL_KILL
         config.LocalEngineSetLauncher.delay = 0.0  # start engines at once: ranks are assigned explicitly
         bar = StartProgress(total=2 * self.n + 1, show=self.progress)
@@ -605,10 +605,20 @@ def describe_exit(code) -> str:
     return f"exit code {code}"
 
 
-def _engine_environment() -> dict:
-    """Engines import ``workbench.engine`` (functions go by reference): put this package on their path."""
+def _engine_environment(backend: str) -> dict:
+    """What engines start with: this package on their path (functions go by reference, so engines import
+    ``workbench.engine``), and ``IRIS_BACKEND`` unless the backend is ``"auto"``.
+
+    Why the backend here and not only in :func:`engine.prepare`: unpickling the first function an engine is sent
+    imports ``workbench``, which imports ``iris``, before ``prepare`` runs. On a GPU machine that import chose
+    the cuda backend, so iris's ``DeviceContext`` was built for the GPU compiler, and a ``--backend cpu`` rank
+    then failed in every kernel that calls its methods (``store() missing 1 required positional argument:
+    'to_rank'``)."""
     path = os.environ.get("PYTHONPATH", "")
-    return {"PYTHONPATH": _PACKAGE_ROOT + (os.pathsep + path if path else "")}
+    environment = {"PYTHONPATH": _PACKAGE_ROOT + (os.pathsep + path if path else "")}
+    if backend != "auto":
+        environment["IRIS_BACKEND"] = backend
+    return environment
 
 
 __all__ = ["CellReport", "RankError", "Workbench", "WorkbenchError", "cell_filename", "describe_exit"]
