@@ -25,7 +25,8 @@ def sm90():
     # a temporary directory that goes away, since ptxas's failed compile leaves its PTX there.
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     with tempfile.TemporaryDirectory() as scratch:
-        env.update(IRIS_BACKEND="cuda", PYTHONPATH=str(ROOT), TMPDIR=scratch)
+        # A cache of its own: a compile cached by another checkout (or another version of iris) is not this one.
+        env.update(IRIS_BACKEND="cuda", PYTHONPATH=str(ROOT), TMPDIR=scratch, TRITON_CACHE_DIR=scratch)
         done = subprocess.run([sys.executable, "-m", "tests.sm90_compile"], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

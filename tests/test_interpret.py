@@ -331,3 +331,42 @@ def test_cpu_context_after_a_gpu_import_says_what_breaks_and_what_to_do():
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Set IRIS_BACKEND=cpu before importing iris" in done.stdout and "DeviceContext" in done.stdout
+
+
+def test_an_observer_removed_during_a_launch_hears_no_more_of_it():
+    # The garbage collector may close a race checker whose context is gone while another context's kernel runs;
+    # the closed checker must not be told that launch finished (its shadow files are closed).
+    from iris.interpret import access_events
+
+    heard = []
+
+    class Listener:
+        def __init__(self, name, removes=None):
+            self.name, self.removes = name, removes
+
+        def launch_started(self, kernel):
+            heard.append((self.name, "started"))
+
+        def launch_finished(self):
+            heard.append((self.name, "finished"))
+
+        def program_started(self, program_id, grid):
+            if self.removes is not None:
+                access_events.remove_observer(self.removes)
+
+        def access(self, kind, addresses, mask, itemsize):
+            pass
+
+        def atomic(self, kind, addresses, mask, itemsize, sem, perform):
+            return perform()[0]
+
+    closed = Listener("closed")
+    closer = Listener("closer", removes=closed)
+    access_events.add_observer(closed)
+    access_events.add_observer(closer)
+    try:
+        k.fill_up_to[(1,)](torch.zeros(4, dtype=torch.int32), 2)
+    finally:
+        access_events.remove_observer(closer)
+        access_events.remove_observer(closed)
+    assert heard == [("closed", "started"), ("closer", "started"), ("closer", "finished")]

@@ -217,7 +217,10 @@ def _observed_launches(launch):
             return launch(self, *args, **kwargs)
         finally:
             for observer in observers:
-                observer.launch_finished()
+                # One removed during the launch hears no more: the garbage collector may close a race
+                # checker whose context is gone, in the middle of another context's launch.
+                if observer in _observers:
+                    observer.launch_finished()
 
     return run
 
