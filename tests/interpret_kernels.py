@@ -244,3 +244,13 @@ def fill_up_to(out_ptr, n):
     """out[k] = k for k < n, looping over the runtime scalar n (numpy >= 2.4 broke this on triton 3.6)."""
     for k in range(n):
         tl.store(out_ptr + k, k)
+
+
+@triton.jit
+def minimum_maximum(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    """out[0] = tl.minimum(x, y), out[1] = tl.maximum(x, y), out[2] = tl.minimum(x, y, propagate_nan=ALL)."""
+    offs = tl.arange(0, BLOCK)
+    x, y = tl.load(x_ptr + offs), tl.load(y_ptr + offs)
+    tl.store(out_ptr + offs, tl.minimum(x, y))
+    tl.store(out_ptr + BLOCK + offs, tl.maximum(x, y))
+    tl.store(out_ptr + 2 * BLOCK + offs, tl.minimum(x, y, propagate_nan=tl.PropagateNan.ALL))

@@ -370,3 +370,16 @@ def test_an_observer_removed_during_a_launch_hears_no_more_of_it():
         access_events.remove_observer(closer)
         access_events.remove_observer(closed)
     assert heard == [("closed", "started"), ("closer", "started"), ("closer", "finished")]
+
+
+def test_minimum_and_maximum_of_a_nan_and_a_number_give_the_number_as_on_a_gpu():
+    # minnum/maxnum (the default) return the number (PTX min.f32); propagate_nan=ALL returns the NaN.
+    from iris.interpret import number_min_max
+
+    assert not number_min_max.minnum_returns_nan()
+    nan = float("nan")
+    x, y = torch.tensor([nan, 1.0, nan, 2.0]), torch.tensor([1.0, nan, nan, 3.0])
+    out = torch.empty(3, 4)
+    k.minimum_maximum[(1,)](x, y, out, BLOCK=4)
+    assert out[0, [0, 1, 3]].tolist() == [1.0, 1.0, 2.0] and out[1, [0, 1, 3]].tolist() == [1.0, 1.0, 3.0]
+    assert torch.isnan(out[:2, 2]).all() and torch.isnan(out[2, :3]).all() and out[2, 3].item() == 2.0

@@ -15,6 +15,7 @@ around, and why):
 * :mod:`.scalar_index`: ``range(n)`` over a runtime scalar works with numpy >= 2.4 (triton 3.6 needs it);
 * :mod:`.clock`: the device clock's inline PTX reads the host's monotonic clock (device tracing);
 * :mod:`.guard`: launching a kernel decorated before activation raises a clear ``RuntimeError``;
+* :mod:`.number_min_max`: ``tl.minimum``/``tl.maximum`` of a NaN and a number give the number (triton 3.6, 3.7);
 * :mod:`.bf16`: bfloat16 arithmetic, conversions, reductions, ``tl.dot`` and atomics give what a GPU gives
   (the interpreter computes on bf16's raw bits); what it cannot emulate for bf16 raises.
 
@@ -66,13 +67,14 @@ def activate():
 
     import triton
 
-    from . import aggregate, bf16, clock, constexpr, device_calls, gluon, guard, scalar_index, version
+    from . import aggregate, bf16, clock, constexpr, device_calls, gluon, guard, number_min_max, scalar_index, version
 
     version.check_triton_internals()
     # triton.knobs reads TRITON_INTERPRET on every access unless a value was assigned to the knob;
     # assign it too, so an earlier ``triton.knobs.runtime.interpret = False`` cannot win.
     triton.knobs.runtime.interpret = True
-    for module in (constexpr, aggregate, gluon, device_calls, scalar_index, clock, guard, bf16):
+    # bf16 last: it wraps builder methods (minnumf...) that the modules before it may have replaced.
+    for module in (constexpr, aggregate, gluon, device_calls, scalar_index, number_min_max, clock, guard, bf16):
         module.install()
     _activated = True
 

@@ -22,7 +22,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 EXACT = "bit for bit"
 ONE_STEP = "within one bf16 step"
-SUMMED = "within 2% (order of additions)"
+# A bf16 sum of n terms rounds at each of its log2(n) levels (2^-9 relative each): two orders can end a few percent
+# apart (seen on an H100: 6.8125 against 7.0 for 128 products).
+SUMMED = "within 4% (order of additions)"
 
 
 def rule(name: str) -> str:
@@ -66,7 +68,7 @@ def differences(name: str, gpu: torch.Tensor, cpu: torch.Tensor) -> str | None:
         return f"NaN at {torch.nonzero(torch.isnan(gpu) != torch.isnan(cpu)).flatten().tolist()}"
     how = rule(name)
     if how == SUMMED:
-        close = torch.isclose(cpu.double(), gpu.double(), rtol=2e-2, atol=5e-2)
+        close = torch.isclose(cpu.double(), gpu.double(), rtol=4e-2, atol=0.1)
         return None if close.all() else f"{int((~close).sum())} values apart: {cpu[~close][:4].tolist()} " \
                                         f"against {gpu[~close][:4].tolist()}"
     if gpu.dtype == torch.bfloat16:
@@ -84,7 +86,7 @@ def test_bf16_kernels_give_the_gpus_numbers_on_the_cpu_interpreter(tmp_path):
     assert gpu.keys() == cpu.keys()
     report = {name: differences(name, gpu[name], cpu[name]) for name in gpu}
     width = max(map(len, report))
-    print(f"\n{'output':<{width}}  rule                           result")
+    print(f"\n{'output':<{width}}  {'rule':<30} result")
     for name, problem in report.items():
         print(f"{name:<{width}}  {rule(name):<30} {problem or 'same'}")
     assert not any(report.values()), {name: problem for name, problem in report.items() if problem}
