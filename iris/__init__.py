@@ -30,10 +30,13 @@ def _activate_interpreter_if_cpu() -> None:
 
 _activate_interpreter_if_cpu()
 
-from . import ccl, ops, tensor_creation  # noqa: E402
+from . import ccl, hip, ops, tensor_creation, upstream_layout  # noqa: E402
+from . import launch_options as _launch_options  # noqa: E402
+from . import warp_width as _warp_width  # noqa: E402
 from .checking import Race, RaceWarning  # noqa: E402
 from .context import GluonContext, Iris, TritonContext, iris  # noqa: E402
 from .device import (  # noqa: E402
+    Context,
     DeviceContext,
     IrisDebugError,
     atomic_add,
@@ -53,13 +56,18 @@ from .device import (  # noqa: E402
 )
 from .heap import AllocationDivergence  # noqa: E402
 from .logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # noqa: E402
+from .timing import do_bench  # noqa: E402
 from .tracing import TraceEvent  # noqa: E402
+
+upstream_layout.install()  # upstream's module paths (iris.host.iris, iris.device.utils, ...) as our modules
+_launch_options.install()  # AMD-only launch options (waves_per_eu, ...) dropped with a warning on CUDA/CPU
+_warp_width.install()  # Gluon layouts for AMD's 64-wide warps compiled for NVIDIA's 32-wide ones
 
 __all__ = [
     "DEBUG", "ERROR", "INFO", "WARNING", "AllocationDivergence", "Iris", "ccl", "iris", "logger", "ops",
-    "set_logger_level", "tensor_creation", "TraceEvent", "Race", "RaceWarning",
+    "set_logger_level", "tensor_creation", "TraceEvent", "Race", "RaceWarning", "do_bench", "hip",
     # device API (iris.device); the Gluon context is iris.gluon.IrisDeviceCtx; upstream's names for the two
     "GluonContext", "TritonContext",
-    "DeviceContext", "IrisDebugError", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min",
+    "Context", "DeviceContext", "IrisDebugError", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min",
     "atomic_or", "atomic_sub", "atomic_xchg", "atomic_xor", "copy", "get", "load", "put", "store",
 ]

@@ -540,6 +540,9 @@ class DeviceContext:
         return result
 
 
+Context = DeviceContext  # upstream Iris's name (iris.Context, iris.mem.triton.context.Context)
+
+
 # -- debug mode ----------------------------------------------------------------------------------
 
 @triton.constexpr_function

@@ -289,6 +289,9 @@ class IrisDeviceCtx:
         return result
 
 
+Context = IrisDeviceCtx  # upstream Iris's name (iris.mem.gluon.context.Context)
+
+
 # The barrier between the threads of a program (a CTA): triton 3.6 names it gl.thread_barrier, 3.7 and later
 # gl.barrier (3.6 has no gl.barrier, 3.7 no gl.thread_barrier). One name that works on every supported triton,
 # on the GPU and on the CPU interpreter (where a program is one thread and the barrier does nothing).

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
+import warnings
 
 import torch
 
@@ -73,8 +75,41 @@ def is_valid_device(device, iris_device) -> bool:
     return requested.type == heap.type and requested.index in (None, heap.index)
 
 
+class CudaOnCpuHeapNote(UserWarning):
+    """``device="cuda"`` was given for a tensor of a CPU heap, which is on the CPU; said once per process."""
+
+
+_noted_cuda_on_cpu = False
+
+
+def _note_cuda_on_cpu_heap(device, rank) -> None:
+    global _noted_cuda_on_cpu
+    if not _noted_cuda_on_cpu:
+        _noted_cuda_on_cpu = True
+        warnings.warn(f"{_where(rank)}device={str(device)!r} on the CPU backend: the tensor is on the heap, "
+                      "which is in CPU memory (a heap tensor can only be on the heap's device). Upstream Iris's "
+                      "programs pass device='cuda' everywhere, so it is accepted; said once.",
+                      CudaOnCpuHeapNote, stacklevel=_outside_iris())
+
+
+def _outside_iris() -> int:
+    """The ``stacklevel`` of the first caller outside iris, for a warning raised by the caller of this function
+    (``ctx.zeros``, ``ctx.zeros_like``... reach the check through different numbers of iris frames)."""
+    frame, level = sys._getframe(1), 1  # the warning's caller: stacklevel 1
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "iris":
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def throw_if_invalid_device(device, iris_device, rank: int | None = None) -> None:
-    """``RuntimeError`` unless ``device`` is the heap's device (see :func:`is_valid_device`)."""
+    """``RuntimeError`` unless ``device`` is the heap's device (see :func:`is_valid_device`).
+
+    On a CPU heap, a CUDA device (upstream's programs write ``device="cuda"`` everywhere) is accepted with a
+    one-time :class:`CudaOnCpuHeapNote`: the heap's device is the only place a heap tensor can be.
+    """
+    if device is not None and torch.device(iris_device).type == "cpu" and torch.device(device).type == "cuda":
+        _note_cuda_on_cpu_heap(device, rank)
+        return
     if not is_valid_device(device, iris_device):
         raise RuntimeError(
             f"{_where(rank)}device mismatch: the symmetric heap is on {iris_device}, not {device}; "

@@ -2,8 +2,11 @@
 as written. For tests/sm90_compile.py (compiled for sm_90 on a CPU machine), tests/rank_cases_device.py and
 tests/gpu/rank_cases_device_cuda.py.
 
-* ``amd_layout_load``: upstream Iris's Gluon examples' ``gl.BlockedLayout([1], [64], [1], [0])`` (64-wide warps);
-  the interpreter ignores layouts, an NVIDIA GPU refuses it and :func:`iris.gluon.layout_hints` explains.
+* ``amd_layout_load``, ``amd_layout_copy``: upstream Iris's Gluon examples' ``gl.BlockedLayout([1], [64],
+  [num_warps], [0])`` (64-wide warps); the interpreter ignores layouts, and for an NVIDIA GPU (32-wide warps)
+  :mod:`iris.warp_width` re-expresses them with ``[32]`` threads per warp.
+* ``narrow_layout_copy``: ``gl.BlockedLayout([1], [16], [1], [0])``, which fits no warp width and cannot be
+  re-expressed: an NVIDIA GPU refuses it and :func:`iris.gluon.layout_hints` explains.
 * ``volatile_load_*``: ``volatile=True`` with the cache modifier ``CM``, through each iris API (which refuses
   ``.ca``/``.cg`` everywhere: :func:`iris.device.volatile_load_modifier`) and through a plain ``tl.load`` (which
   iris cannot see: ptxas refuses it on a GPU, and ``layout_hints`` explains).
@@ -26,6 +29,20 @@ def amd_layout_load(IrisDeviceCtx: gl.constexpr, context_tensor, src, out, peer,
     layout: gl.constexpr = gl.BlockedLayout([1], [64], [1], [0])
     offsets = gl.arange(0, BLOCK, layout=layout)
     gl.store(out + offsets, ctx.load(src + offsets, peer))
+
+
+@gluon.jit
+def amd_layout_copy(src, out, BLOCK: gl.constexpr):
+    layout: gl.constexpr = gl.BlockedLayout([1], [64], [4], [0])  # 64-wide warps, launched with num_warps=4
+    offsets = gl.arange(0, BLOCK, layout=layout)
+    gl.store(out + offsets, gl.load(src + offsets) + 1.0)
+
+
+@gluon.jit
+def narrow_layout_copy(src, out, BLOCK: gl.constexpr):
+    layout: gl.constexpr = gl.BlockedLayout([1], [16], [1], [0])  # 16 threads per warp: no GPU's warp width
+    offsets = gl.arange(0, BLOCK, layout=layout)
+    gl.store(out + offsets, gl.load(src + offsets))
 
 
 @triton.jit

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import stat
 import time
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
 import iris
+from iris import tensor_creation
 from iris.device import HEAP_SIZE_SLOT
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")  # tests/gpu runs these same cases with "cuda"
@@ -87,9 +89,14 @@ def creation_family():
         assert ctx.get_device_id() == r % torch.cuda.device_count()
     assert ctx.cur_rank == r and ctx.num_ranks == n and ctx.get_cu_count() >= 1
     assert bases[r].item() <= base.data_ptr() < bases[r].item() + ctx.heap_size
-    for bad in (dict(device="cuda" if BACKEND == "cpu" else "cpu"), dict(layout=torch.sparse_coo)):
+    for bad in (dict(device="meta" if BACKEND == "cpu" else "cpu"), dict(layout=torch.sparse_coo)):
         with pytest.raises((RuntimeError, ValueError), match="device mismatch|strided"):
             ctx.zeros(2, **bad)
+    if BACKEND == "cpu":  # upstream's device="cuda" is taken on a CPU heap (with a CudaOnCpuHeapNote)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tensor_creation.CudaOnCpuHeapNote)
+            on_heap = ctx.zeros(2, device="cuda")
+        assert on_heap.device == torch.device("cpu") and ctx.is_symmetric(on_heap)
     return {
         "offsets": {k: t.data_ptr() - bases[r].item() for k, t in made.items()},
         "bases": bases.tolist(),

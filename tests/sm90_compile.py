@@ -4,8 +4,8 @@ Run as a script with ``IRIS_BACKEND=cuda`` (so that importing iris does not swit
 interpreter); it prints one JSON object as its last line: per kernel, the ``#blocked`` layouts of the compiled
 TTGIR, the advice :func:`iris.gluon.layout_hints` gave, or iris's refusal; and for device tracing, how the PTX
 of a kernel with tracing off and on compares with its untraced twin (:func:`tracing_cost`).
-tests/test_gluon_sm90.py runs it (ptxas leaves the PTX of a failed compile in the temporary directory: run it
-with a ``TMPDIR`` of its own).
+tests/test_gluon_sm90.py runs it, tests/test_upstream_surface.py its :func:`warp_width` alone (ptxas leaves
+the PTX of a failed compile in the temporary directory: run it with a ``TMPDIR`` of its own).
 
 Examples
 --------
@@ -15,6 +15,8 @@ Examples
 from __future__ import annotations
 
 import json
+import sys
+import warnings
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -23,6 +25,7 @@ from triton.compiler.errors import CompilationError
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from iris.gluon import IrisDeviceCtx, layout_hints
+from iris.warp_width import WarpWidthNote
 from tests import gluon_auto_layout_kernels as kernels
 from tests import portability_kernels as portability
 from tests.rank_cases_device import read_from_peer
@@ -59,6 +62,22 @@ def advice(fn, signature: dict, constexprs: dict, num_warps: int = 4) -> dict:
     except RuntimeError as error:
         return {"advice": str(error), "compiler": str(error.__cause__)}
     return {"advice": None, "compiler": None}
+
+
+def warp_width() -> dict:
+    """Gluon layouts for 64-wide warps compiled for sm_90 (32-wide): their ``#blocked`` layouts and the
+    :class:`iris.warp_width.WarpWidthNote` messages of the whole process (one, though two kernels are
+    re-expressed); and the advice for a layout that fits no warp width (16 threads), which stays refused."""
+    copy_signature = {"src": "*fp32", "out": "*fp32", "BLOCK": "constexpr"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load = layouts(compile_for_sm90(portability.amd_layout_load, {
+            **CONTEXT, "src": "*fp32", "out": "*fp32", "peer": "i32", "BLOCK": "constexpr"},
+            {"IrisDeviceCtx": IrisDeviceCtx, "BLOCK": 64}, num_warps=1))
+        copy = layouts(compile_for_sm90(portability.amd_layout_copy, copy_signature, {"BLOCK": 256}))
+        narrow = advice(portability.narrow_layout_copy, copy_signature, {"BLOCK": 64}, num_warps=1)
+    notes = [str(w.message) for w in caught if issubclass(w.category, WarpWidthNote)]
+    return {"amd_layout_load": load, "amd_layout_copy": copy, "notes": notes, "narrow_layout_copy": narrow}
 
 
 def volatile_load(api: str, cache_modifier: str) -> str:
@@ -122,9 +141,7 @@ def main() -> dict:
             **CONTEXT, "src": "*fp32", "out": "*fp32", "peer": "i32", "BLOCK": "constexpr"}, with_ctx)),
         "no_iris_call": advice(kernels.no_iris_call, {"src": "*fp32", "out": "*fp32", "BLOCK": "constexpr"},
                                {"BLOCK": 128}),
-        "amd_layout_load": advice(portability.amd_layout_load, {
-            **CONTEXT, "src": "*fp32", "out": "*fp32", "peer": "i32", "BLOCK": "constexpr"},
-            {"IrisDeviceCtx": IrisDeviceCtx, "BLOCK": 64}, num_warps=1),
+        "warp_width": warp_width(),
         "volatile_load": {f"{api} {cm}": volatile_load(api, cm) for api in VOLATILE_LOADS for cm in (".ca", ".cg")}
         | {"gluon .cv": volatile_load("gluon", ".cv")},
         "tracing": tracing_cost(),
@@ -134,5 +151,5 @@ def main() -> dict:
     }
 
 
-if __name__ == "__main__":
-    print(json.dumps(main()))
+if __name__ == "__main__":  # `python -m tests.sm90_compile [warp_width]`: everything, or only warp_width()
+    print(json.dumps(warp_width() if sys.argv[1:] == ["warp_width"] else main()))

@@ -1,6 +1,7 @@
 """Kernels compiled for sm_90 without a GPU, by Triton's own compiler (tests/sm90_compile.py, one subprocess):
-Gluon kernels as upstream Iris writes them (layout-less ranges) compile; what NVIDIA refuses (an AMD warp
-width, a volatile load with a cache modifier) is refused with advice. tests/gpu/ runs them on GPUs."""
+Gluon kernels as upstream Iris writes them (layout-less ranges, AMD's 64-wide warps) compile; what NVIDIA refuses
+(a layout that fits no warp width, a volatile load with a cache modifier) is refused with advice. tests/gpu/ runs
+them on GPUs."""
 
 from __future__ import annotations
 
@@ -46,14 +47,23 @@ def test_layoutless_kernels_compile_and_explicit_layouts_stay(sm90):
     assert "gl.CoalescedLayout()" in sm90["no_iris_call"]["advice"]
 
 
-def test_amd_warp_width_gets_advice_naming_the_line(sm90):
-    hint = sm90["amd_layout_load"]
+def test_amd_warp_width_compiles_for_32_wide_warps_and_what_fits_no_warp_gets_advice(sm90):
+    widths = sm90["warp_width"]
+    # upstream's BlockedLayout([1], [64], [num_warps], [0]): re-expressed with 32 threads, said once per process
+    assert widths["amd_layout_load"] == [
+        "#blocked = #ttg.blocked<{sizePerThread = [1], threadsPerWarp = [32], warpsPerCTA = [1], order = [0]}>"]
+    assert widths["amd_layout_copy"] == [
+        "#blocked = #ttg.blocked<{sizePerThread = [1], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>"]
+    assert len(widths["notes"]) == 1 and "threads_per_warp=[32]" in widths["notes"][0], widths["notes"]
+    # 16 threads per warp fits neither width: Triton refuses it, and iris.hints names the line and the fix
+    hint = widths["narrow_layout_copy"]
     assert hint["compiler"] == "error encountered during parsing"  # all Triton raises; MLIR's reason is on fd 2
     where, advice = hint["advice"].split(": ", 1)
     source = (ROOT / "tests" / "portability_kernels.py").read_text().splitlines()
-    line = next(n for n, text in enumerate(source, 1) if "gl.arange(0, BLOCK, layout=layout)" in text)
+    start = next(n for n, text in enumerate(source, 1) if text.startswith("def narrow_layout_copy("))
+    line = next(n for n, text in enumerate(source[start:], start + 1) if "gl.arange(0, BLOCK, layout=layout)" in text)
     assert f"tests/portability_kernels.py:{line}:" in where, where  # the gl.arange that uses the layout
-    assert advice.startswith("this Gluon layout has 64 threads per warp, but a warp has 32 threads")
+    assert advice.startswith("this Gluon layout has 16 threads per warp, but a warp has 32 threads")
     assert "gl.BlockedLayout([1], [32], [num_warps], [0])" in advice and "gl.CoalescedLayout()" in advice
 
 

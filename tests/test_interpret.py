@@ -58,13 +58,24 @@ def test_patches_are_installed_once():
     from triton.runtime.interpreter import GridExecutor
     from triton.runtime.jit import JITFunction
 
+    from iris import launch_options
     from iris.interpret import aggregate, constexpr, device_calls, gluon, guard, scalar_index
+    from iris.interpret.patching import INSTALLED_MARK
 
     before = (JITFunction.run, JITFunction.__call__, GridExecutor.__init__, GridExecutor.__call__)
-    for module in (constexpr, aggregate, gluon, device_calls, scalar_index, guard):
+    for module in (constexpr, aggregate, gluon, device_calls, scalar_index, guard, launch_options):
         module.install()
     assert (JITFunction.run, JITFunction.__call__, GridExecutor.__init__, GridExecutor.__call__) == before
-    assert not hasattr(JITFunction.run.__wrapped__, "__wrapped__")
+    # JITFunction.run is wrapped by several adapters (the interpreter's, launch_options'), each of them once:
+    # one wrapper per adapter named in the mark, and the innermost function is Triton's own
+    wrappers, run = [], JITFunction.run
+    while hasattr(run, "__wrapped__"):
+        wrappers.append(run)
+        run = run.__wrapped__
+    assert not hasattr(run, INSTALLED_MARK) and run.__module__ == "triton.runtime.jit"
+    adapters = getattr(JITFunction.run, INSTALLED_MARK)
+    assert len(wrappers) == len(adapters) >= 2, (wrappers, adapters)
+    assert "iris.launch_options._dropping_amd_only" in adapters
 
 
 # ---------------------------------------------------------------- Gluon kernels

@@ -1,8 +1,8 @@
 """What a caller can ask of a collective: :class:`Config` (launch shape, algorithm) and :class:`ReduceOp`.
 
 Field names follow upstream Iris's ``iris.ccl.Config`` so that upstream code ports unchanged; fields that
-tune upstream's tiled AMD kernels (swizzling, XCDs, rings) are accepted and validated but have no effect on
-these kernels, which work on flat blocks.
+tune upstream's tiled AMD kernels (swizzling, XCDs, rings, pipeline stages, wavefront width, waves per EU) are
+accepted and validated but have no effect on these kernels, which work on flat blocks.
 
 Examples
 --------
@@ -60,6 +60,15 @@ class Config:
         The only reduce_scatter algorithm, as upstream.
     swizzle_size, num_xcds, chunk_size, all_reduce_distribution, all_reduce_num_rings, all_reduce_ring_slice_n
         Upstream's tuning knobs for AMD's tiled kernels: checked, but without effect here.
+    num_stages : int
+        Upstream's software-pipelining depth for its tiled kernels: checked (>= 1), without effect here (the
+        flat kernels have no loop to pipeline).
+    threads_per_warp : {32, 64}
+        The wavefront width upstream's Gluon kernels build their layouts for (64 on AMD); without effect
+        here: the kernels are Triton's, which know the warp width (32 on NVIDIA, 1 program on the CPU).
+    waves_per_eu : int
+        An AMD occupancy hint (>= 0; 0: the compiler chooses). NVIDIA GPUs and the CPU have no such knob:
+        without effect here.
 
     Examples
     --------
@@ -82,6 +91,9 @@ class Config:
     all_reduce_num_rings: int = 1
     all_reduce_ring_slice_n: int | None = None
     all_gather_variant: str | None = None
+    num_stages: int = 1
+    threads_per_warp: int = 64
+    waves_per_eu: int = 0
 
     def __post_init__(self):
         if self.all_reduce_variant not in (None, *ALL_REDUCE_VARIANTS):
@@ -104,6 +116,11 @@ class Config:
                 raise ValueError(f"{name}={value}: use a positive number or None")
         if self.num_warps <= 0 or self.swizzle_size <= 0 or self.all_reduce_num_rings <= 0:
             raise ValueError("num_warps, swizzle_size and all_reduce_num_rings must be positive")
+        if self.num_stages < 1 or self.waves_per_eu < 0:
+            raise ValueError(f"num_stages={self.num_stages}, waves_per_eu={self.waves_per_eu}: "
+                             "num_stages must be >= 1 and waves_per_eu >= 0 (0: the compiler chooses)")
+        if self.threads_per_warp not in (32, 64):
+            raise ValueError(f"threads_per_warp={self.threads_per_warp}: a warp has 32 threads (NVIDIA) or 64 (AMD)")
         if self.all_reduce_distribution not in (0, 1):
             raise ValueError(f"all_reduce_distribution={self.all_reduce_distribution}: use 0 (striding) or 1 (block)")
         if self.use_gluon:

@@ -8,7 +8,7 @@ from triton.experimental.gluon import language as gl
 import iris
 from iris.gluon import IrisDeviceCtx, layout_hints
 from tests.gluon_auto_layout_kernels import no_iris_call
-from tests.portability_kernels import amd_layout_load, volatile_load_plain
+from tests.portability_kernels import amd_layout_load, narrow_layout_copy, volatile_load_plain
 from tests.rank_cases_device import _debug_setup, _expect, put_block, read_from_peer
 
 
@@ -33,8 +33,9 @@ def read_from_peer_blocked(IrisDeviceCtx: gl.constexpr, context_tensor, buf, out
 
 
 def gluon_layouts_on_gpu():
-    """Layout-less kernels as upstream writes them run (IrisDeviceCtx anchors them), explicit layouts run; a
-    layout-less kernel with no iris call, AMD's 64-wide warps and a plain volatile .cg load fail with advice."""
+    """Layout-less kernels as upstream writes them run (IrisDeviceCtx anchors them), explicit layouts run, AMD's
+    64-wide warps run (iris.warp_width); a layout-less kernel with no iris call, a layout of 16 threads per warp
+    and a plain volatile .cg load fail with advice."""
     ctx = iris.iris("64MiB", backend="cuda")
     r, n = ctx.cur_rank, ctx.num_ranks
     peer = (r + 1) % n
@@ -48,10 +49,12 @@ def gluon_layouts_on_gpu():
     out.zero_()
     read_from_peer_blocked[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out, peer, 256, num_warps=4)
     _expect("read_from_peer with BlockedLayout", out, torch.full((256,), float(peer)))
+    out.zero_()
+    amd_layout_load[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out, peer, 64, num_warps=1)  # [64] threads
+    _expect("amd_layout_load (64-wide warps, re-expressed for 32)", out[:64], torch.full((64,), float(peer)))
     advice = {
         "no_iris_call": _advice(lambda: no_iris_call[(1,)](buf, out, 64)),
-        "amd_layout_load": _advice(lambda: amd_layout_load[(1,)](IrisDeviceCtx, ctx.get_device_context(), buf, out,
-                                                                 peer, 64, num_warps=1)),
+        "narrow_layout_copy": _advice(lambda: narrow_layout_copy[(1,)](buf, out, 64, num_warps=1)),
         "volatile_load_plain": _advice(lambda: volatile_load_plain[(1,)](buf, out, ".cg", 64)),
     }
     ctx.barrier()

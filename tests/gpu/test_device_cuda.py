@@ -3,9 +3,10 @@ only a GPU can show (Gluon layouts compiled for real, device-side debug asserts)
 
 Run on a GPU machine by tests/gpu/run_gpu_checks.sh; ranks share GPUs when there are more ranks than GPUs.
 Gluon kernels here run as upstream writes them, with layout-less ``gl.arange`` (``IrisDeviceCtx`` anchors
-them to ``gl.CoalescedLayout()``), and with explicit layouts; what triton 3.6 still refuses on a GPU (a
-layout-less kernel with no iris call, AMD's ``BlockedLayout([1], [64], [1], [0])``, a plain volatile load
-with ``.cg``) fails with the advice of ``iris.gluon.layout_hints()``. Upstream's ``IrisGluon`` host class
+them to ``gl.CoalescedLayout()``), with explicit layouts and with AMD's ``BlockedLayout([1], [64], [1], [0])``
+(re-expressed for 32-wide warps by ``iris.warp_width``); what triton 3.6 still refuses on a GPU (a layout-less
+kernel with no iris call, a ``BlockedLayout`` of 16 threads per warp, a plain volatile load with ``.cg``)
+fails with the advice of ``iris.gluon.layout_hints()``. Upstream's ``IrisGluon`` host class
 runs its CPU rank case here on GPUs.
 """
 
@@ -40,12 +41,12 @@ def test_spin_lock_ring_messages_and_as_remote():
 
 def test_gluon_layoutless_kernels_run_and_what_nvidia_refuses_gets_advice():
     for r in run_ranks(WORLD, f"{GPU_CASES}:gluon_layouts_on_gpu", env=CUDA):
-        layoutless, amd, volatile = r["no_iris_call"], r["amd_layout_load"], r["volatile_load_plain"]
+        layoutless, narrow, volatile = r["no_iris_call"], r["narrow_layout_copy"], r["volatile_load_plain"]
         assert "gluon_auto_layout_kernels.py:" in layoutless["advice"], layoutless
         assert "gl.CoalescedLayout()" in layoutless["advice"]
         assert layoutless["compiler"] == "PassManager::run failed"
-        assert "portability_kernels.py:" in amd["advice"] and "64 threads per warp" in amd["advice"], amd
-        assert "gl.CoalescedLayout()" in amd["advice"] and amd["compiler"] == "error encountered during parsing"
+        assert "portability_kernels.py:" in narrow["advice"] and "16 threads per warp" in narrow["advice"], narrow
+        assert "gl.CoalescedLayout()" in narrow["advice"] and narrow["compiler"] == "error encountered during parsing"
         assert volatile["advice"] == VOLATILE_WITH_CACHE_MODIFIER.format(modifier=".cg"), volatile
         assert "Modifier '.volatile' cannot be combined with modifier '.cg'" in volatile["compiler"]
 

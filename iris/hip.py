@@ -1,0 +1,119 @@
+"""Upstream Iris's ``iris.hip`` device queries, answered for the backend this process uses.
+
+Upstream's programs ask these to size grids and to convert device timestamps: ``get_num_xcc()`` (AMD's
+chiplets, "XCCs"; programs divide their SMs among them) and ``get_wall_clock_rate(device_id)`` (kHz of the
+clock that :func:`iris.device.utils.read_realtime` reads: ``cycles / rate`` is milliseconds). Here the answers
+describe this machine, whichever backend runs:
+
+============================  ==========================================  ====================================
+query                         ``cuda``                                    ``cpu`` (the Triton interpreter)
+============================  ==========================================  ====================================
+``get_num_xcc``               1 (an NVIDIA GPU is one die to programs)     1
+``get_wall_clock_rate``       1_000_000 kHz: ``%globaltimer`` counts ns    1_000_000 kHz: ``time.monotonic_ns``
+``get_cu_count``              the device's SM count                        the CPU's core count
+``count_devices``             visible CUDA devices                         0
+``get_device_id``             the current CUDA device                      0 (the one CPU "device")
+``get_arch_string``           ``"sm_90"`` and the like                     ``"cpu"``
+``get_rocm_version``          ``(-1, -1)`` (no ROCm), as upstream          ``(-1, -1)``
+============================  ==========================================  ====================================
+
+Upstream's CUDA branch of ``get_wall_clock_rate`` answers the SM clock (``cudaDevAttrClockRate``), which is
+not the rate of any clock its kernels read; here it is the rate of the clock ``read_realtime`` reads, so the
+conversion upstream's programs make is right.
+
+Examples
+--------
+>>> import iris
+>>> iris.hip.get_num_xcc()
+1
+>>> iris.hip.get_wall_clock_rate(0)          # kHz: read_realtime() counts nanoseconds
+1000000
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .backend import choose_backend
+
+# kHz of the device clock read_realtime reads: %globaltimer on NVIDIA GPUs and time.monotonic_ns() on the
+# interpreter both count nanoseconds (iris.tracing.device.device_clock).
+DEVICE_CLOCK_RATE_KHZ = 1_000_000
+
+
+def _on_gpu() -> bool:
+    return choose_backend(None) == "cuda"
+
+
+def _checked_device(device_id: int | None) -> int:
+    """The CUDA device ``device_id`` names (None: the current one); a clear error for one that does not exist."""
+    _any_device(device_id)
+    if device_id is None:
+        return torch.cuda.current_device()
+    count = torch.cuda.device_count()
+    if not 0 <= device_id < count:
+        raise ValueError(f"device_id={device_id}: this machine has {count} CUDA device(s), 0 to {count - 1}")
+    return device_id
+
+
+def count_devices() -> int:
+    """Visible CUDA devices; 0 on the CPU backend."""
+    return torch.cuda.device_count() if _on_gpu() else 0
+
+
+def set_device(gpu_id: int) -> None:
+    """Make ``gpu_id`` the current CUDA device (``torch.cuda.set_device``); nothing to do on the CPU backend."""
+    if _on_gpu():
+        torch.cuda.set_device(_checked_device(gpu_id))
+
+
+def get_device_id() -> int:
+    """The current CUDA device; 0 on the CPU backend."""
+    return torch.cuda.current_device() if _on_gpu() else 0
+
+
+def get_cu_count(device_id: int | None = None) -> int:
+    """Streaming multiprocessors of ``device_id`` (default: the current device); CPU cores on the CPU backend."""
+    if _on_gpu():
+        return torch.cuda.get_device_properties(_checked_device(device_id)).multi_processor_count
+    _any_device(device_id)  # any rank's index names the one CPU; a nonsense one is refused as on a GPU
+    return os.cpu_count() or 1
+
+
+def get_arch_string(device_id: int | None = None) -> str:
+    """``"sm_<major><minor>"`` of ``device_id`` (default: the current device); ``"cpu"`` on the CPU backend."""
+    if _on_gpu():
+        props = torch.cuda.get_device_properties(_checked_device(device_id))
+        return f"sm_{props.major}{props.minor}"
+    _any_device(device_id)
+    return "cpu"
+
+
+def get_rocm_version() -> tuple[int, int]:
+    """``(-1, -1)``: there is no ROCm here (upstream answers the same on CUDA)."""
+    return (-1, -1)
+
+
+def _any_device(device_id: int | None) -> None:
+    # The answers below are the same for every device, and upstream's programs pass their rank as the device:
+    # with ranks sharing a GPU that index is past the visible devices, which must not fail the program.
+    if device_id is not None and (not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0):
+        raise ValueError(f"device_id={device_id!r}: use a device index (an int >= 0) or None")
+
+
+def get_num_xcc(device_id: int | None = None) -> int:
+    """Chiplets (AMD's XCCs) of a device: 1, as an NVIDIA GPU or the CPU is one to programs."""
+    _any_device(device_id)
+    return 1
+
+
+def get_wall_clock_rate(device_id: int | None = None) -> int:
+    """kHz of the clock :func:`iris.device.utils.read_realtime` reads (1_000_000: it counts nanoseconds).
+
+    ``timestamp_difference / get_wall_clock_rate(device)`` is milliseconds, as in upstream's programs. Every
+    device's clock runs at this rate, so any device index is accepted (upstream's programs pass their rank).
+    """
+    _any_device(device_id)
+    return DEVICE_CLOCK_RATE_KHZ

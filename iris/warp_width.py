@@ -1,0 +1,85 @@
+"""Gluon layouts written for AMD's 64-wide warps, re-expressed for NVIDIA's 32-wide ones when compiled.
+
+Upstream Iris's Gluon kernels spell ``gl.BlockedLayout([1], [64], [num_warps], [0])``: 64 threads per warp,
+which Triton refuses on NVIDIA GPUs (a warp there has 32). A blocked layout only says which thread holds
+which elements of a tensor; the tensor's values, hence what the kernel computes, do not depend on it. So when
+such a layout is compiled for a target whose warps are half as wide, the same layout is built with half the
+threads along its fastest-varying dimension that has an even count (``[64]`` becomes ``[32]``; ``[4, 16]``
+with order ``[1, 0]`` becomes ``[4, 8]``): each thread then holds twice the elements. One
+:class:`WarpWidthNote` per process says so. Any other mismatch is left to Triton, whose error
+:mod:`iris.hints` explains.
+
+The target's warp width is the compile options' ``warp_size`` (NVIDIA's options have it: 32); the CPU
+interpreter ignores layouts and needs nothing.
+
+Examples
+--------
+>>> halved_threads_per_warp([64], [0], 32)
+[32]
+>>> halved_threads_per_warp([4, 16], [1, 0], 32)
+[4, 8]
+>>> halved_threads_per_warp([32], [0], 32) is None          # already fits
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+
+from triton.experimental.gluon.language import BlockedLayout
+
+from .interpret.patching import replace_once
+
+_noted = False
+
+
+class WarpWidthNote(UserWarning):
+    """A Gluon layout for 64-wide warps was re-expressed for 32-wide ones (said once per process)."""
+
+
+def halved_threads_per_warp(threads_per_warp, order, warp_size: int) -> list[int] | None:
+    """``threads_per_warp`` for a warp of ``warp_size`` threads, if it was written for one twice as wide; else None.
+
+    The count halved is that of the fastest-varying dimension (first in ``order``) whose count is even.
+    """
+    threads = [int(t) for t in threads_per_warp]
+    if math.prod(threads) != 2 * warp_size:
+        return None
+    for dim in order:
+        if threads[dim] % 2 == 0:
+            threads[dim] //= 2
+            return threads
+    return None
+
+
+def _note(layout, threads) -> None:
+    global _noted
+    if not _noted:
+        _noted = True
+        warnings.warn(f"Gluon layout {layout} was written for 64-wide warps (AMD); compiled with "
+                      f"threads_per_warp={threads} for this GPU's 32-wide warps. The kernel computes the same "
+                      "values: a layout only says which thread holds which elements. Said once.",
+                      WarpWidthNote, stacklevel=2)
+
+
+def _for_target_warp(to_ir):
+    def build(self, builder):
+        warp_size = getattr(getattr(builder, "options", None), "warp_size", None)
+        threads = halved_threads_per_warp(self.threads_per_warp, self.order, warp_size) if warp_size else None
+        if threads is None:
+            return to_ir(self, builder)
+        _note(self, threads)
+        return to_ir(dataclasses.replace(self, threads_per_warp=threads), builder)
+
+    return build
+
+
+def install() -> None:
+    """Re-express 64-wide-warp blocked layouts when compiling for 32-wide warps; idempotent."""
+    if not hasattr(BlockedLayout, "_to_ir"):  # triton 3.6 to 3.9 build layouts there; another release: as it is
+        warnings.warn("this Triton's Gluon BlockedLayout has no _to_ir: layouts written for 64-wide warps are "
+                      "compiled as written (Triton refuses them on NVIDIA GPUs)", RuntimeWarning, stacklevel=2)
+        return
+    replace_once(BlockedLayout, "_to_ir", _for_target_warp)

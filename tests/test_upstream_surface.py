@@ -1,0 +1,344 @@
+"""Upstream Iris's public surface on the CPU backend: every name added so that upstream programs run unchanged.
+
+Module-path aliases (``iris.host.*``, ``iris.mem.*``, ``iris.device.utils``) are our modules; ``iris.hip``'s
+answers; ``iris.do_bench``; ``iris.ccl.Config``'s AMD tuning fields; AMD-only launch options dropped with one
+warning each per process; the device clock in a kernel; ``device="cuda"`` on a CPU heap; Gluon layouts for
+64-wide warps compiled for sm_90 (32-wide) on this machine. tests/gpu/test_upstream_cuda.py checks the clock,
+``do_bench`` and the launch options on a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import types
+import warnings
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import iris
+from iris import launch_options, tensor_creation, upstream_layout
+from iris.device_utils import get_cu_id, get_xcc_id, read_realtime
+from iris.launch_options import AMDOnlyOptionWarning, amd_only_options, drop_amd_only
+from iris.tensor_creation import CudaOnCpuHeapNote
+from iris.warp_width import halved_threads_per_warp
+
+from .multirank import ROOT
+
+
+def _python(code: str, tmp_path, env: dict | None = None) -> dict:
+    """Run ``code`` (a script that prints JSON last) in a fresh interpreter of this venv; its JSON."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(code))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+# -- module-path aliases -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", sorted(upstream_layout.UPSTREAM_MODULES))
+def test_every_upstream_path_is_our_module(path):
+    """Each upstream module path imports, and is (not copies) the module of ours it names."""
+    ours = importlib.import_module(upstream_layout.UPSTREAM_MODULES[path])
+    assert importlib.import_module(path) is ours and sys.modules[path] is ours
+    parent, _, name = path.rpartition(".")
+    assert getattr(importlib.import_module(parent), name) is ours
+
+
+def test_upstream_names_are_our_objects():
+    """Names imported through upstream's paths, and iris.Context / iris.gluon.Context, are our objects."""
+    from iris.device.utils import read_realtime as upstream_clock
+    from iris.host.iris import iris as upstream_iris
+    from iris.host.memory.symmetric_heap import SymmetricHeap
+    from iris.host.platform.hip import get_wall_clock_rate
+    from iris.host.platform.utils import do_bench
+    from iris.host.tracing.events import TraceEvent
+    from iris.mem.gluon.context import Context as GluonContext
+    from iris.mem.triton.context import Context as TritonContext
+    from iris.mem.triton.ops import atomic_add
+
+    assert TraceEvent is iris.TraceEvent and upstream_iris is iris.iris and do_bench is iris.do_bench
+    assert get_wall_clock_rate is iris.hip.get_wall_clock_rate and upstream_clock is read_realtime
+    assert SymmetricHeap is iris.heap.SymmetricHeap and atomic_add is iris.atomic_add
+    assert TritonContext is iris.Context is iris.DeviceContext is iris.TritonContext
+    assert GluonContext is iris.gluon.Context is iris.gluon.IrisDeviceCtx
+    assert {"Context", "do_bench", "hip"} <= set(iris.__all__)
+
+
+def test_upstream_folders_are_empty_namespaces_and_install_is_idempotent():
+    """iris.host and the like hold only aliases; a path upstream lacks is not found; install() twice is once."""
+    import iris.host
+    import iris.mem.triton
+
+    for folder in (iris.host, iris.host.platform, iris.mem, iris.mem.triton):
+        assert isinstance(folder, types.ModuleType) and folder.__path__ == []
+    assert iris.device.utils is iris.device_utils
+    with pytest.raises(ModuleNotFoundError, match="iris.host.no_such_module"):
+        importlib.import_module("iris.host.no_such_module")
+    before = {path: sys.modules[path] for path in upstream_layout.UPSTREAM_MODULES}
+    namespaces = sys.modules["iris.host"], sys.modules["iris.mem"]
+    upstream_layout.install()
+    assert {path: sys.modules[path] for path in upstream_layout.UPSTREAM_MODULES} == before
+    assert (sys.modules["iris.host"], sys.modules["iris.mem"]) == namespaces
+
+
+def test_upstream_paths_import_first_in_a_fresh_process(tmp_path):
+    """`from iris.host.tracing.events import TraceEvent` as a program's first import gives our class."""
+    result = _python("""
+        import json
+        from iris.host.tracing.events import TraceEvent
+        from iris.device.utils import read_realtime
+        import iris
+        import iris.host.iris
+        print(json.dumps({"event": TraceEvent is iris.TraceEvent, "context": iris.host.iris is iris.context,
+                          "clock": read_realtime is iris.device_utils.read_realtime}))
+    """, tmp_path)
+    assert result == {"event": True, "context": True, "clock": True}
+
+
+# -- iris.hip ------------------------------------------------------------------------------------
+
+def test_hip_answers_for_the_cpu_backend():
+    """Every iris.hip query's CPU answer (one chiplet, a nanosecond clock, the CPU's cores, no CUDA device)."""
+    hip = iris.hip
+    assert hip.get_num_xcc() == hip.get_num_xcc(0) == hip.get_num_xcc(5) == 1  # any rank's index is accepted
+    assert hip.get_wall_clock_rate(0) == hip.get_wall_clock_rate(3) == hip.get_wall_clock_rate() == 1_000_000
+    assert hip.get_cu_count() == hip.get_cu_count(0) == (os.cpu_count() or 1)
+    assert hip.count_devices() == 0 and hip.get_device_id() == 0
+    assert hip.get_arch_string() == hip.get_arch_string(0) == "cpu"
+    assert hip.get_rocm_version() == (-1, -1)
+    assert hip.set_device(0) is None
+
+
+@pytest.mark.parametrize("query", ["get_num_xcc", "get_wall_clock_rate", "get_cu_count", "get_arch_string"])
+@pytest.mark.parametrize("bad", [-1, "0", 1.5])
+def test_hip_refuses_a_bad_device_id(query, bad):
+    """A device index that is not an int >= 0 is a ValueError, on the CPU backend too."""
+    with pytest.raises(ValueError, match="device_id="):
+        getattr(iris.hip, query)(bad)
+
+
+# -- iris.do_bench -------------------------------------------------------------------------------
+
+def test_do_bench_calls_barrier_preamble_and_fn_as_upstream():
+    """One untimed first call, n_warmup, n_repeat; barrier around each call's preparation and once at the end."""
+    calls = {"fn": 0, "barrier": 0, "preamble": 0}
+
+    def count(name):
+        return lambda: calls.__setitem__(name, calls[name] + 1)
+
+    times = iris.do_bench(count("fn"), barrier_fn=count("barrier"), preamble_fn=count("preamble"), n_warmup=3,
+                          n_repeat=4, return_mode="all")
+    assert isinstance(times, list) and len(times) == 4 and all(t >= 0 for t in times)
+    assert calls == {"fn": 1 + 3 + 4, "preamble": 1 + 3 + 4, "barrier": 2 + 2 * (3 + 4) + 1}
+
+
+def test_do_bench_return_modes_and_quantiles():
+    """Each return mode's statistic is a float of milliseconds; quantiles give one number or a list."""
+    for mode in ("mean", "median", "min", "max"):
+        ms = iris.do_bench(lambda: time.sleep(0.002), n_warmup=0, n_repeat=2, return_mode=mode)
+        assert isinstance(ms, float) and 2 <= ms < 200, (mode, ms)
+    low, high = iris.do_bench(lambda: None, n_warmup=0, n_repeat=5, quantiles=[0.0, 1.0])
+    assert 0 <= low <= high
+    assert isinstance(iris.do_bench(lambda: None, n_warmup=0, n_repeat=3, quantiles=[0.5]), float)
+    from iris.timing import _quantiles  # linear interpolation, as torch.quantile
+
+    assert _quantiles([4.0, 1.0, 3.0, 2.0], [0.0, 0.5, 1.0, 0.25]) == [1.0, 2.5, 4.0, 1.75]
+    assert _quantiles([7.0], [0.9]) == 7.0
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"return_mode": "avg"}, "return_mode='avg'"),
+    ({"n_repeat": 0}, "n_repeat=0"),
+    ({"n_warmup": -1}, "n_warmup=-1"),
+    ({"quantiles": [0.5, 1.5]}, "quantiles="),
+])
+def test_do_bench_refuses_bad_arguments_before_timing(kwargs, message):
+    """Bad arguments are a ValueError, raised before fn is called."""
+    called = []
+    with pytest.raises(ValueError, match=message):
+        iris.do_bench(lambda: called.append(1), **{"n_warmup": 0, "n_repeat": 1, **kwargs})
+    assert called == []
+
+
+# -- iris.ccl.Config -----------------------------------------------------------------------------
+
+def test_config_accepts_and_checks_upstreams_amd_tuning_fields():
+    """num_stages, threads_per_warp, waves_per_eu: accepted with upstream's defaults, checked, no effect."""
+    default = iris.ccl.Config()
+    assert (default.num_stages, default.threads_per_warp, default.waves_per_eu) == (1, 64, 0)
+    tuned = iris.ccl.Config(num_stages=3, threads_per_warp=32, waves_per_eu=2)
+    assert (tuned.num_stages, tuned.threads_per_warp, tuned.waves_per_eu) == (3, 32, 2)
+    for bad, message in (({"num_stages": 0}, "num_stages=0"), ({"waves_per_eu": -1}, "waves_per_eu=-1"),
+                         ({"threads_per_warp": 48}, "threads_per_warp=48")):
+        with pytest.raises(ValueError, match=message):
+            iris.ccl.Config(**bad)
+
+
+# -- AMD-only launch options ---------------------------------------------------------------------
+
+LAUNCH_SCRIPT = """
+    import json
+    import warnings
+
+    import torch
+    import triton
+    import triton.language as tl
+
+    import iris
+    from iris.launch_options import AMDOnlyOptionWarning
+
+
+    @triton.jit
+    def scale(src, out, factor, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out + offs, tl.load(src + offs) * factor)
+
+
+    @triton.jit
+    def packed(out, kpack, BLOCK: tl.constexpr):
+        tl.store(out + tl.arange(0, BLOCK), kpack)
+
+
+    src = torch.arange(16, dtype=torch.float32)
+    out = torch.zeros_like(src)
+    kept = torch.zeros(4, dtype=torch.int32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            scale[(2,)](src, out, 3.0, BLOCK=8, waves_per_eu=2, matrix_instr_nonkdim=16, kpack=2)
+        packed[(1,)](kept, kpack=7, BLOCK=4, waves_per_eu=1)  # kpack is the kernel's; waves_per_eu said already
+    dropped = [w for w in caught if issubclass(w.category, AMDOnlyOptionWarning)]
+    print(json.dumps({
+        "interpreted": iris.interpret.is_active(),
+        "scaled": torch.equal(out, src * 3), "kept": kept.tolist(),
+        "warnings": [str(w.message) for w in dropped], "files": sorted({w.filename for w in dropped}),
+    }))
+"""
+
+
+def test_amd_only_launch_options_are_dropped_once_each_per_process(tmp_path):
+    """On the interpreter, waves_per_eu/matrix_instr_nonkdim/kpack are dropped with one warning each per process;
+    a kernel parameter named kpack is the kernel's and gets its value."""
+    result = _python(LAUNCH_SCRIPT, tmp_path)
+    assert result["interpreted"] and result["scaled"]
+    assert result["kept"] == [7, 7, 7, 7]
+    names = [message.split("=")[0].removeprefix("launch option ") for message in result["warnings"]]
+    assert names == ["kpack", "matrix_instr_nonkdim", "waves_per_eu"], result["warnings"]
+    assert "kpack=2 only tunes AMD GPUs; dropped on this backend" in result["warnings"][0]
+    assert result["files"] == [str(tmp_path / "script.py")]  # the warning points at the launch
+
+
+def test_amd_only_options_come_from_triton_and_kernel_parameters_win(monkeypatch):
+    """amd_only_options() is HIP's options less CUDA's; drop_amd_only keeps parameters and other kwargs."""
+    options = amd_only_options()
+    assert {"waves_per_eu", "matrix_instr_nonkdim", "kpack"} <= options
+    assert not {"num_warps", "num_stages", "num_ctas"} & options
+    assert options == launch_options.KNOWN_AMD_ONLY_OPTIONS  # the fallback for one-backend builds is current
+    monkeypatch.setattr(launch_options, "_warned", set())  # as in a process that has not launched yet
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kept = drop_amd_only({"BLOCK": 64, "kpack": 2, "waves_per_eu": 1, "num_warps": 4}, ["x", "kpack", "BLOCK"])
+        assert drop_amd_only({"waves_per_eu": 3}, ["x"]) == {}
+    assert kept == {"BLOCK": 64, "kpack": 2, "num_warps": 4}
+    assert [w.category for w in caught] == [AMDOnlyOptionWarning]
+    assert str(caught[0].message).startswith("launch option waves_per_eu=1 only tunes AMD GPUs")
+
+
+# -- device utilities in a kernel ----------------------------------------------------------------
+
+@triton.jit
+def stamp(out, chiplet, unit):
+    pid = tl.program_id(0)
+    now = read_realtime()
+    tl.static_assert(now.dtype == tl.int64)
+    tl.store(out + pid, now)
+    tl.store(chiplet + pid, get_xcc_id())
+    tl.store(unit + pid, get_cu_id())
+
+
+def test_read_realtime_is_the_hosts_monotonic_clock_on_the_interpreter():
+    """read_realtime() gives int64 nanoseconds of time.monotonic_ns, in launch order; XCC and CU ids are 0."""
+    out = torch.zeros(8, dtype=torch.int64)
+    chiplet, unit = torch.full((8,), -1, dtype=torch.int32), torch.full((8,), -1, dtype=torch.int32)
+    before = time.monotonic_ns()
+    stamp[(8,)](out, chiplet, unit)
+    after = time.monotonic_ns()
+    stamps = out.tolist()
+    assert before <= stamps[0] and stamps[-1] <= after, (before, stamps, after)
+    assert stamps == sorted(stamps) and stamps[-1] > stamps[0]  # the interpreter runs programs in order
+    assert chiplet.tolist() == [0] * 8 and unit.tolist() == [0] * 8
+    rate_khz = iris.hip.get_wall_clock_rate(0)
+    assert (after - before) / rate_khz == pytest.approx((after - before) / 1e6)  # ns / kHz = ms
+
+
+# -- device="cuda" on a CPU heap -----------------------------------------------------------------
+
+@pytest.mark.usefixtures("no_heap_files_left_behind")
+def test_cuda_device_on_a_cpu_heap_gives_the_heap_tensor_with_one_note(monkeypatch):
+    """Upstream's device="cuda" on a CPU heap: the tensor is on the heap (CPU), with one CudaOnCpuHeapNote."""
+    monkeypatch.setattr(tensor_creation, "_noted_cuda_on_cpu", False)  # as in a process that has not said it
+    ctx = iris.iris("1MiB", backend="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        zeros = ctx.zeros(4, 8, dtype=torch.float32, device="cuda")
+        ones = ctx.ones(16, device=torch.device("cuda", 0))
+        like = ctx.zeros_like(zeros, device="cuda:0")
+        full = ctx.full((3,), 2.0, device="cuda")
+        plain = ctx.zeros(2, device="cpu")
+    notes = [w for w in caught if issubclass(w.category, CudaOnCpuHeapNote)]
+    assert len(notes) == 1 and "device='cuda'" in str(notes[0].message), [str(w.message) for w in caught]
+    assert notes[0].filename == __file__  # points at the program's call, not inside iris
+    for tensor in (zeros, ones, like, full, plain):
+        assert tensor.device.type == "cpu" and ctx.is_symmetric(tensor)
+    assert float(ones.sum()) == 16 and full.tolist() == [2.0] * 3
+    with pytest.raises(RuntimeError, match="device mismatch"):
+        ctx.zeros(2, device="meta")  # only a CUDA device is taken for the CPU heap's
+
+
+# -- Gluon layouts for 64-wide warps -------------------------------------------------------------
+
+@pytest.mark.parametrize("threads, order, warp, halved", [
+    ([64], [0], 32, [32]),
+    ([4, 16], [1, 0], 32, [4, 8]),
+    ([16, 4], [0, 1], 32, [8, 4]),
+    ([1, 64], [1, 0], 32, [1, 32]),
+    ([64, 1], [1, 0], 32, [32, 1]),  # the fastest dimension's count (1) is odd: the next one is halved
+    ([2, 2, 16], [2, 1, 0], 32, [2, 2, 8]),
+    ([128], [0], 64, [64]),
+    ([32], [0], 32, None),  # already fits
+    ([16], [0], 32, None),  # fits no width: left to Triton (and iris.hints' advice)
+    ([4, 8], [1, 0], 32, None),
+])
+def test_halved_threads_per_warp(threads, order, warp, halved):
+    """Threads per warp re-expressed for a warp half as wide, or None when not written for one twice as wide."""
+    assert halved_threads_per_warp(threads, order, warp) == halved
+
+
+def test_gluon_layout_for_64_wide_warps_compiles_for_sm90_with_one_note():
+    """gl.BlockedLayout([1], [64], [4], [0]) compiles for sm_90 (32-wide warps) with one WarpWidthNote."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    with tempfile.TemporaryDirectory() as scratch:  # ptxas's leftovers and a cache of its own go away
+        env.update(IRIS_BACKEND="cuda", PYTHONPATH=str(ROOT), TMPDIR=scratch, TRITON_CACHE_DIR=scratch)
+        done = subprocess.run([sys.executable, "-m", "tests.sm90_compile", "warp_width"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    widths = json.loads(done.stdout.splitlines()[-1])
+    assert widths["amd_layout_copy"] == [
+        "#blocked = #ttg.blocked<{sizePerThread = [1], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>"]
+    assert "threadsPerWarp = [32]" in widths["amd_layout_load"][0]
+    assert len(widths["notes"]) == 1, widths["notes"]  # two kernels re-expressed, said once per process
+    assert "written for 64-wide warps (AMD); compiled with threads_per_warp=[32]" in widths["notes"][0]
+    assert widths["narrow_layout_copy"]["advice"] is not None  # 16 threads: still refused, with advice
