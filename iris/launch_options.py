@@ -37,9 +37,10 @@ class AMDOnlyOptionWarning(UserWarning):
     """A launch option that only tunes AMD GPUs was dropped (once per option per process)."""
 
 
-# What amd_only_options reads from triton 3.6 to 3.9, for a Triton built without its AMD or NVIDIA backend.
-KNOWN_AMD_ONLY_OPTIONS = frozenset({"allow_flush_denorm", "kpack", "matrix_instr_nonkdim", "schedule_hint",
-                                    "waves_per_eu"})
+# Every name amd_only_options reads from triton 3.6 to 3.9 (3.9 added llvm_fn_attrs and wgp_cu_mode), for a
+# Triton built without its AMD or NVIDIA backend.
+KNOWN_AMD_ONLY_OPTIONS = frozenset({"allow_flush_denorm", "kpack", "llvm_fn_attrs", "matrix_instr_nonkdim",
+                                    "schedule_hint", "waves_per_eu", "wgp_cu_mode"})
 
 
 @functools.cache
