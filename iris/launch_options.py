@@ -29,6 +29,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 from .interpret.patching import replace_once
+from .warning_site import stacklevel_outside
 
 _warned: set[str] = set()  # options already reported in this process
 
@@ -67,7 +68,7 @@ def drop_amd_only(kwargs: dict, parameters) -> dict:
         _warned.add(name)
         warnings.warn(f"launch option {name}={kwargs[name]!r} only tunes AMD GPUs; dropped on this backend "
                       "(NVIDIA GPUs and the CPU interpreter have no such option). Said once per option.",
-                      AMDOnlyOptionWarning, stacklevel=4)
+                      AMDOnlyOptionWarning, stacklevel=stacklevel_outside("iris", "triton"))
     return {key: value for key, value in kwargs.items() if key not in dropped}
 
 

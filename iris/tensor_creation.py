@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import math
 import operator
-import sys
 import warnings
 
 import torch
+
+from .warning_site import stacklevel_outside
 
 # -- sizes, devices, layouts and output tensors -------------------------------------------------------
 
@@ -89,16 +90,7 @@ def _note_cuda_on_cpu_heap(device, rank) -> None:
         warnings.warn(f"{_where(rank)}device={str(device)!r} on the CPU backend: the tensor is on the heap, "
                       "which is in CPU memory (a heap tensor can only be on the heap's device). Upstream Iris's "
                       "programs pass device='cuda' everywhere, so it is accepted; said once.",
-                      CudaOnCpuHeapNote, stacklevel=_outside_iris())
-
-
-def _outside_iris() -> int:
-    """The ``stacklevel`` of the first caller outside iris, for a warning raised by the caller of this function
-    (``ctx.zeros``, ``ctx.zeros_like``... reach the check through different numbers of iris frames)."""
-    frame, level = sys._getframe(1), 1  # the warning's caller: stacklevel 1
-    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "iris":
-        frame, level = frame.f_back, level + 1
-    return level
+                      CudaOnCpuHeapNote, stacklevel=stacklevel_outside("iris"))
 
 
 def throw_if_invalid_device(device, iris_device, rank: int | None = None) -> None:

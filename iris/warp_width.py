@@ -31,6 +31,7 @@ import warnings
 from triton.experimental.gluon.language import BlockedLayout
 
 from .interpret.patching import replace_once
+from .warning_site import stacklevel_outside
 
 _noted = False
 
@@ -61,7 +62,7 @@ def _note(layout, threads) -> None:
         warnings.warn(f"Gluon layout {layout} was written for 64-wide warps (AMD); compiled with "
                       f"threads_per_warp={threads} for this GPU's 32-wide warps. The kernel computes the same "
                       "values: a layout only says which thread holds which elements. Said once.",
-                      WarpWidthNote, stacklevel=2)
+                      WarpWidthNote, stacklevel=stacklevel_outside("iris", "triton"))
 
 
 def _for_target_warp(to_ir):

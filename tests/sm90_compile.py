@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
+from pathlib import Path
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -67,7 +68,8 @@ def advice(fn, signature: dict, constexprs: dict, num_warps: int = 4) -> dict:
 def warp_width() -> dict:
     """Gluon layouts for 64-wide warps compiled for sm_90 (32-wide): their ``#blocked`` layouts and the
     :class:`iris.warp_width.WarpWidthNote` messages of the whole process (one, though two kernels are
-    re-expressed); and the advice for a layout that fits no warp width (16 threads), which stays refused."""
+    re-expressed) and the files they point at (the caller of the compile); and the advice for a layout that
+    fits no warp width (16 threads), which stays refused."""
     copy_signature = {"src": "*fp32", "out": "*fp32", "BLOCK": "constexpr"}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -76,8 +78,9 @@ def warp_width() -> dict:
             {"IrisDeviceCtx": IrisDeviceCtx, "BLOCK": 64}, num_warps=1))
         copy = layouts(compile_for_sm90(portability.amd_layout_copy, copy_signature, {"BLOCK": 256}))
         narrow = advice(portability.narrow_layout_copy, copy_signature, {"BLOCK": 64}, num_warps=1)
-    notes = [str(w.message) for w in caught if issubclass(w.category, WarpWidthNote)]
-    return {"amd_layout_load": load, "amd_layout_copy": copy, "notes": notes, "narrow_layout_copy": narrow}
+    notes = [w for w in caught if issubclass(w.category, WarpWidthNote)]
+    return {"amd_layout_load": load, "amd_layout_copy": copy, "notes": [str(w.message) for w in notes],
+            "note_sites": [Path(w.filename).name for w in notes], "narrow_layout_copy": narrow}
 
 
 def volatile_load(api: str, cache_modifier: str) -> str:

@@ -341,4 +341,5 @@ def test_gluon_layout_for_64_wide_warps_compiles_for_sm90_with_one_note():
     assert "threadsPerWarp = [32]" in widths["amd_layout_load"][0]
     assert len(widths["notes"]) == 1, widths["notes"]  # two kernels re-expressed, said once per process
     assert "written for 64-wide warps (AMD); compiled with threads_per_warp=[32]" in widths["notes"][0]
+    assert widths["note_sites"] == ["sm90_compile.py"]  # the compile's caller, not iris, Triton or ast.py
     assert widths["narrow_layout_copy"]["advice"] is not None  # 16 threads: still refused, with advice
