@@ -121,12 +121,18 @@ EXAMPLES = [
     Example("30_ops_matmul_all_gather/example.py", ("--heap_size", HEAP, "-v"), None),
     Example("31_expert_sharded_moe/example_run.py", (), "--num_ranks", gpus_by_index=True),
     Example("31_message_passing/example.py", ("-v",), None),
-    Example("32_gluon_all_gather_tracing/all_gather_tracing.py", ("--heap_size", HEAP), None),
+    Example("32_gluon_all_gather_tracing/all_gather_tracing.py", ("--heap_size", HEAP), None, gpus_by_index=True),
+    Example("benchmark/bench_all_shapes.py"),
 ]
 
-# Examples refused up front, and the AMD-only feature each needs. (None at present: every example above gets
-# what it asks for on NVIDIA GPUs, AMD-only launch options and 64-wide Gluon layouts included.)
-AMD_ONLY: dict[str, str] = {}
+# Examples refused up front, and the AMD-only feature each needs. Every program above but this one gets what it
+# asks for on NVIDIA GPUs, AMD-only launch options and 64-wide Gluon layouts included. (benchmark/reference/ holds
+# RCCL and torch baselines, which do not use iris, and is not listed.)
+AMD_ONLY: dict[str, str] = {
+    "benchmark/bench_all_shapes.py": "a SLURM sweep: it submits the GEMM examples with sbatch to run inside upstream's "
+                                     "ROCm Apptainer image (apptainer/iris.def: rocm/pytorch); the examples it sweeps "
+                                     "(07-12, 15, 20-23) are run directly above",
+}
 
 # Examples whose own check cannot pass, whatever iris does (read at abd3f2ad): a failure of theirs is reported as
 # "check wrong upstream", with the reason.
@@ -173,10 +179,15 @@ def _line_of(output: str, match: re.Match) -> str:
     return output[start:end if end >= 0 else None].strip()[:200]
 
 
+# An exception's line, as a rank prints it (torchrun prefixes "[rank1]: "); torchrun's own ChildFailedError only
+# says that a rank failed, so the first rank's exception is the one that says why.
+EXCEPTION_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([\w.]+\.)?\w*(Error|Exception)\b")
+
+
 def _last_line(output: str) -> str:
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if re.match(r"\w*(Error|Exception)\b", line)]
-    return (errors or lines or ["(no output)"])[-1][:200]
+    errors = [line for line in lines if EXCEPTION_LINE.match(line) and "ChildFailedError" not in line]
+    return (errors[:1] or lines[-1:] or ["(no output)"])[0][:200]
 
 
 def example_env(upstream: Path, share_gpus: bool, port_offset: int = 0) -> dict:
