@@ -194,23 +194,10 @@ LAUNCH_SCRIPT = """
     import warnings
 
     import torch
-    import triton
-    import triton.language as tl
 
     import iris
     from iris.launch_options import AMDOnlyOptionWarning
-
-
-    @triton.jit
-    def scale(src, out, factor, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(out + offs, tl.load(src + offs) * factor)
-
-
-    @triton.jit
-    def packed(out, kpack, BLOCK: tl.constexpr):
-        tl.store(out + tl.arange(0, BLOCK), kpack)
-
+    from tests.launch_option_kernels import packed, scale
 
     src = torch.arange(16, dtype=torch.float32)
     out = torch.zeros_like(src)

@@ -20,6 +20,7 @@ import iris
 from iris import launch_options, warp_width
 from iris.launch_options import AMDOnlyOptionWarning
 from iris.warp_width import WarpWidthNote
+from tests.launch_option_kernels import scale
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -36,12 +37,6 @@ def spin(out, ns):
 @triton.jit
 def stamp(out):
     tl.store(out, read_realtime())
-
-
-@triton.jit
-def scale(src, out, factor, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out + offs, tl.load(src + offs) * factor)
 
 
 @gluon.jit
