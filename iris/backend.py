@@ -42,6 +42,20 @@ def choose_backend(backend: str | None = None) -> str:
     return requested
 
 
+def kernels_run_on_gpu() -> bool:
+    """True when this process's kernels run on a GPU: a GPU backend, and Triton not switched to its interpreter
+    (``iris.iris(backend="cpu")`` switches it on a GPU machine too). What timing and device queries answer for.
+
+    Examples
+    --------
+    >>> kernels_run_on_gpu() in (True, False)
+    True
+    """
+    from . import interpret
+
+    return not interpret.is_active() and choose_backend(None) == "cuda"
+
+
 ALLOCATORS = ("torch",)
 
 

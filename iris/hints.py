@@ -10,9 +10,9 @@ Examples
 --------
 >>> from iris.hints import layout_hints
 >>> with layout_hints():
-...     copy_kernel[(1,)](src, out, BLOCK=64)      # gl.BlockedLayout([1], [64], [1], [0]) on NVIDIA  # doctest: +SKIP
+...     copy_kernel[(1,)](src, out, BLOCK=64)      # gl.BlockedLayout([1], [16], [1], [0]) on NVIDIA  # doctest: +SKIP
 Traceback (most recent call last):
-RuntimeError: kernel.py:12:24: this Gluon layout has 64 threads per warp, but a warp has 32 threads on this GPU ...
+RuntimeError: kernel.py:12:24: this Gluon layout has 16 threads per warp, but a warp has 32 threads on this GPU ...
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ _MLIR_ERROR = r"^(?P<where>\S+:\d+:\d+): error: [^\n]*?\s*"
 HINTS = (
     # triton 3.6 to 3.9: a kernel whose layouts are all automatic (gl.arange(0, BLOCK) with no layout).
     Hint(re.compile(_MLIR_ERROR + r"'tt\.make_range' op Failed to infer return type", re.MULTILINE), LAYOUT_ADVICE),
-    # An AMD layout (64-wide warps) compiled for NVIDIA (32-wide).
+    # A layout whose threads per warp fit no warp of this GPU. An AMD layout (64-wide warps) meets it only where
+    # iris.warp_width cannot re-express it for NVIDIA's 32-wide warps.
     Hint(re.compile(_MLIR_ERROR + r"Layout has (?P<layout>\d+) threads per warp, but the module specifies "
                     r"(?P<warp>\d+) threads per warp", re.MULTILINE), WARP_WIDTH_ADVICE),
     Hint(re.compile(_MLIR_ERROR + r"Layout has (?P<layout>\d+) warps per CTA, but the context requires "

@@ -32,51 +32,48 @@ Examples
 
 from __future__ import annotations
 
+import operator
 import os
 
 import torch
 
-from .backend import choose_backend
+from .backend import kernels_run_on_gpu
 
 # kHz of the device clock read_realtime reads: %globaltimer on NVIDIA GPUs and time.monotonic_ns() on the
 # interpreter both count nanoseconds (iris.tracing.device.device_clock).
 DEVICE_CLOCK_RATE_KHZ = 1_000_000
 
 
-def _on_gpu() -> bool:
-    return choose_backend(None) == "cuda"
-
-
 def _checked_device(device_id: int | None) -> int:
     """The CUDA device ``device_id`` names (None: the current one); a clear error for one that does not exist."""
-    _any_device(device_id)
-    if device_id is None:
+    index = _any_device(device_id)
+    if index is None:
         return torch.cuda.current_device()
     count = torch.cuda.device_count()
-    if not 0 <= device_id < count:
+    if index >= count:
         raise ValueError(f"device_id={device_id}: this machine has {count} CUDA device(s), 0 to {count - 1}")
-    return device_id
+    return index
 
 
 def count_devices() -> int:
     """Visible CUDA devices; 0 on the CPU backend."""
-    return torch.cuda.device_count() if _on_gpu() else 0
+    return torch.cuda.device_count() if kernels_run_on_gpu() else 0
 
 
 def set_device(gpu_id: int) -> None:
     """Make ``gpu_id`` the current CUDA device (``torch.cuda.set_device``); nothing to do on the CPU backend."""
-    if _on_gpu():
+    if kernels_run_on_gpu():
         torch.cuda.set_device(_checked_device(gpu_id))
 
 
 def get_device_id() -> int:
     """The current CUDA device; 0 on the CPU backend."""
-    return torch.cuda.current_device() if _on_gpu() else 0
+    return torch.cuda.current_device() if kernels_run_on_gpu() else 0
 
 
 def get_cu_count(device_id: int | None = None) -> int:
     """Streaming multiprocessors of ``device_id`` (default: the current device); CPU cores on the CPU backend."""
-    if _on_gpu():
+    if kernels_run_on_gpu():
         return torch.cuda.get_device_properties(_checked_device(device_id)).multi_processor_count
     _any_device(device_id)  # any rank's index names the one CPU; a nonsense one is refused as on a GPU
     return os.cpu_count() or 1
@@ -84,7 +81,7 @@ def get_cu_count(device_id: int | None = None) -> int:
 
 def get_arch_string(device_id: int | None = None) -> str:
     """``"sm_<major><minor>"`` of ``device_id`` (default: the current device); ``"cpu"`` on the CPU backend."""
-    if _on_gpu():
+    if kernels_run_on_gpu():
         props = torch.cuda.get_device_properties(_checked_device(device_id))
         return f"sm_{props.major}{props.minor}"
     _any_device(device_id)
@@ -96,11 +93,21 @@ def get_rocm_version() -> tuple[int, int]:
     return (-1, -1)
 
 
-def _any_device(device_id: int | None) -> None:
-    # The answers below are the same for every device, and upstream's programs pass their rank as the device:
-    # with ranks sharing a GPU that index is past the visible devices, which must not fail the program.
-    if device_id is not None and (not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0):
-        raise ValueError(f"device_id={device_id!r}: use a device index (an int >= 0) or None")
+def _any_device(device_id) -> int | None:
+    """``device_id`` as an index (a Python, numpy or torch integer >= 0), or None; ValueError for anything else.
+
+    Any index is accepted: upstream's programs pass their rank as the device, which with ranks sharing a GPU
+    is past the visible devices; the answers that need no device must not fail them.
+    """
+    if device_id is None:
+        return None
+    try:
+        index = None if isinstance(device_id, bool) else operator.index(device_id)
+    except TypeError:
+        index = None
+    if index is None or index < 0:
+        raise ValueError(f"device_id={device_id!r}: use a device index (an integer >= 0) or None")
+    return index
 
 
 def get_num_xcc(device_id: int | None = None) -> int:

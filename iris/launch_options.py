@@ -29,9 +29,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 from .interpret.patching import replace_once
-from .warning_site import stacklevel_outside
-
-_warned: set[str] = set()  # options already reported in this process
+from .warning_site import warn_once
 
 
 class AMDOnlyOptionWarning(UserWarning):
@@ -63,12 +61,13 @@ def drop_amd_only(kwargs: dict, parameters) -> dict:
     >>> drop_amd_only({"BLOCK": 64, "kpack": 2}, ["x", "BLOCK"])           # doctest: +SKIP
     {'BLOCK': 64}
     """
+    if amd_only_options().isdisjoint(kwargs):  # every launch comes here: the common case costs one check
+        return kwargs
     dropped = (amd_only_options() & kwargs.keys()) - set(parameters)
-    for name in sorted(dropped - _warned):
-        _warned.add(name)
-        warnings.warn(f"launch option {name}={kwargs[name]!r} only tunes AMD GPUs; dropped on this backend "
-                      "(NVIDIA GPUs and the CPU interpreter have no such option). Said once per option.",
-                      AMDOnlyOptionWarning, stacklevel=stacklevel_outside("iris", "triton"))
+    for name in sorted(dropped):
+        warn_once(f"launch option {name}", f"launch option {name}={kwargs[name]!r} only tunes AMD GPUs; dropped on "
+                  "this backend (NVIDIA GPUs and the CPU interpreter have no such option). Said once per option.",
+                  AMDOnlyOptionWarning, "iris", "triton")
     return {key: value for key, value in kwargs.items() if key not in dropped}
 
 

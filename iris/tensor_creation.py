@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import math
 import operator
-import warnings
 
 import torch
 
-from .warning_site import stacklevel_outside
+from .warning_site import warn_once
 
 # -- sizes, devices, layouts and output tensors -------------------------------------------------------
 
@@ -80,17 +79,11 @@ class CudaOnCpuHeapNote(UserWarning):
     """``device="cuda"`` was given for a tensor of a CPU heap, which is on the CPU; said once per process."""
 
 
-_noted_cuda_on_cpu = False
-
-
 def _note_cuda_on_cpu_heap(device, rank) -> None:
-    global _noted_cuda_on_cpu
-    if not _noted_cuda_on_cpu:
-        _noted_cuda_on_cpu = True
-        warnings.warn(f"{_where(rank)}device={str(device)!r} on the CPU backend: the tensor is on the heap, "
-                      "which is in CPU memory (a heap tensor can only be on the heap's device). Upstream Iris's "
-                      "programs pass device='cuda' everywhere, so it is accepted; said once.",
-                      CudaOnCpuHeapNote, stacklevel=stacklevel_outside("iris"))
+    warn_once("device cuda on a CPU heap", f"{_where(rank)}device={str(device)!r} on the CPU backend: the tensor "
+              "is on the heap, which is in CPU memory (a heap tensor can only be on the heap's device). Upstream "
+              "Iris's programs pass device='cuda' everywhere, so it is accepted; said once.", CudaOnCpuHeapNote,
+              "iris")
 
 
 def throw_if_invalid_device(device, iris_device, rank: int | None = None) -> None:

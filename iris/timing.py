@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from .backend import choose_backend
+from .backend import kernels_run_on_gpu
 
 RETURN_MODES = {"mean": statistics.mean, "median": statistics.median, "min": min, "max": max, "all": list}
 L2_FLUSH_BYTES = 256 << 20  # larger than any GPU's L2 (H100: 50 MiB), as upstream's
@@ -79,7 +79,7 @@ def do_bench(fn, barrier_fn=lambda: None, preamble_fn=lambda: None, n_warmup: in
     if n_repeat < 1 or n_warmup < 0:
         raise ValueError(f"n_repeat={n_repeat}, n_warmup={n_warmup}: time at least one call, warm up >= 0 times")
     _check_quantiles(quantiles)  # before any call: a bad argument should not cost a whole benchmark
-    on_gpu = choose_backend(None) == "cuda"
+    on_gpu = kernels_run_on_gpu()
     # A buffer larger than the L2: zeroing it leaves none of the last call's data in the cache.
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if on_gpu else None
 
@@ -97,15 +97,16 @@ def do_bench(fn, barrier_fn=lambda: None, preamble_fn=lambda: None, n_warmup: in
     for _ in range(n_warmup):
         prepare()
         fn()
+    # Made before timing, as upstream's: creating an event between the barrier and the call would delay it.
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(n_repeat)] if on_gpu else []
     times = []
-    for _ in range(n_repeat):
+    for call in range(n_repeat):
         prepare()
         if on_gpu:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+            events[call][0].record()
             fn()
-            end.record()
-            times.append((start, end))
+            events[call][1].record()
         else:
             begin = time.perf_counter()
             fn()
@@ -113,7 +114,7 @@ def do_bench(fn, barrier_fn=lambda: None, preamble_fn=lambda: None, n_warmup: in
     barrier_fn()
     if on_gpu:
         torch.cuda.synchronize()  # events are read only once they have happened, whatever barrier_fn does
-        times = [start.elapsed_time(end) for start, end in times]
+        times = [start.elapsed_time(end) for start, end in events]
     if quantiles is not None:
         return _quantiles(times, quantiles)
     return RETURN_MODES[return_mode](times)

@@ -1,4 +1,5 @@
-"""Where a warning points: at the user's line, past the frames of iris and of the libraries it adapts.
+"""Where a warning points (the user's line, past the frames of iris and of the libraries it adapts), and
+notes said once per process.
 
 A note raised deep inside iris (or inside Triton's launch and compile path, which iris wraps) is only useful
 if it names the line the user wrote; how many frames lie between differs by call path and by Triton release,
@@ -8,7 +9,9 @@ Examples
 --------
 >>> import warnings
 >>> def note():
-...     warnings.warn("said once", UserWarning, stacklevel=stacklevel_outside("iris"))
+...     warnings.warn("a note", UserWarning, stacklevel=stacklevel_outside("iris"))
+>>> def note_once():
+...     warn_once("example-note", "said once per process", UserWarning, "iris")
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import threading
+import warnings
 
 _STDLIB = os.path.join(os.path.realpath(sysconfig.get_paths()["stdlib"]), "")
 _SITE = tuple(os.path.join(os.path.realpath(sysconfig.get_paths()[key]), "") for key in ("purelib", "platlib"))
@@ -39,7 +44,37 @@ def stacklevel_outside(*packages: str) -> int:
     *packages : str
         Top-level package names whose frames are skipped, e.g. ``"iris", "triton"``.
     """
-    frame, level = sys._getframe(1), 1  # the caller of this function, which calls warnings.warn: stacklevel 1
+    return _level_outside(sys._getframe(1), packages)  # from the caller, which calls warnings.warn: stacklevel 1
+
+
+_said: set[str] = set()  # the keys of the notes warn_once has said in this process
+_said_lock = threading.RLock()  # kernels launch from several threads (Triton 3.9 compiles in a pool)
+
+
+def warn_once(key: str, message: str, category: type[Warning], *packages: str) -> None:
+    """``warnings.warn`` the first time ``key`` comes in this process, pointing past ``packages``' frames.
+
+    A key counts as said only once the warning went out: under ``-W error`` the warning raises, and the next
+    occurrence raises again.
+
+    Parameters
+    ----------
+    key : str
+        What is said once, e.g. ``"launch option waves_per_eu"``.
+    message : str
+    category : type of Warning
+    *packages : str
+        Whose frames the warning points past (:func:`stacklevel_outside`).
+    """
+    with _said_lock:
+        if key in _said:
+            return
+        warnings.warn(message, category, stacklevel=_level_outside(sys._getframe(1), packages) + 1)
+        _said.add(key)
+
+
+def _level_outside(frame, packages) -> int:
+    level = 1
     while frame is not None and _skipped(frame, packages):
         frame, level = frame.f_back, level + 1
     return level

@@ -6,8 +6,10 @@ which elements of a tensor; the tensor's values, hence what the kernel computes,
 such a layout is compiled for a target whose warps are half as wide, the same layout is built with half the
 threads along its fastest-varying dimension that has an even count (``[64]`` becomes ``[32]``; ``[4, 16]``
 with order ``[1, 0]`` becomes ``[4, 8]``): each thread then holds twice the elements. One
-:class:`WarpWidthNote` per process says so. Any other mismatch is left to Triton, whose error
-:mod:`iris.hints` explains.
+:class:`WarpWidthNote` per process says so, when the kernel is compiled (a compile Triton finds in its cache
+says nothing). Any other mismatch is left to Triton, whose error :mod:`iris.hints` explains. Gluon compiles
+made with iris are cached under keys of their own (:data:`CACHE_SALT`), so a process without iris never loads
+a re-expressed kernel, nor a process with iris one compiled without it.
 
 The target's warp width is the compile options' ``warp_size`` (NVIDIA's options have it: 32); the CPU
 interpreter ignores layouts and needs nothing.
@@ -25,15 +27,17 @@ True
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import warnings
 
+from triton.experimental.gluon._runtime import GluonASTSource
 from triton.experimental.gluon.language import BlockedLayout
 
 from .interpret.patching import replace_once
-from .warning_site import stacklevel_outside
+from .warning_site import warn_once
 
-_noted = False
+CACHE_SALT = "iris.warp_width 1"  # in every Gluon compile's cache key; a new rule takes a new number
 
 
 class WarpWidthNote(UserWarning):
@@ -56,13 +60,9 @@ def halved_threads_per_warp(threads_per_warp, order, warp_size: int) -> list[int
 
 
 def _note(layout, threads) -> None:
-    global _noted
-    if not _noted:
-        _noted = True
-        warnings.warn(f"Gluon layout {layout} was written for 64-wide warps (AMD); compiled with "
-                      f"threads_per_warp={threads} for this GPU's 32-wide warps. The kernel computes the same "
-                      "values: a layout only says which thread holds which elements. Said once.",
-                      WarpWidthNote, stacklevel=stacklevel_outside("iris", "triton"))
+    warn_once("warp width", f"Gluon layout {layout} was written for 64-wide warps (AMD); compiled with "
+              f"threads_per_warp={threads} for this GPU's 32-wide warps. The kernel computes the same values: a "
+              "layout only says which thread holds which elements. Said once.", WarpWidthNote, "iris", "triton")
 
 
 def _for_target_warp(to_ir):
@@ -77,10 +77,24 @@ def _for_target_warp(to_ir):
     return build
 
 
+def _salted(source_hash):
+    # Triton's on-disk cache keys a compile by its source, not by what iris does to it: without the salt, a
+    # process without iris sharing ~/.triton/cache would load a re-expressed kernel that Triton refuses, and
+    # one with iris a compile made without it.
+    def salted(self) -> str:
+        return hashlib.sha256(f"{source_hash(self)}-{CACHE_SALT}".encode()).hexdigest()
+
+    return salted
+
+
 def install() -> None:
-    """Re-express 64-wide-warp blocked layouts when compiling for 32-wide warps; idempotent."""
+    """Re-express 64-wide-warp blocked layouts when compiling for 32-wide warps; idempotent.
+
+    Gluon compiles made with iris get a cache key of their own (:data:`CACHE_SALT`).
+    """
     if not hasattr(BlockedLayout, "_to_ir"):  # triton 3.6 to 3.9 build layouts there; another release: as it is
         warnings.warn("this Triton's Gluon BlockedLayout has no _to_ir: layouts written for 64-wide warps are "
                       "compiled as written (Triton refuses them on NVIDIA GPUs)", RuntimeWarning, stacklevel=2)
         return
     replace_once(BlockedLayout, "_to_ir", _for_target_warp)
+    replace_once(GluonASTSource, "hash", _salted)

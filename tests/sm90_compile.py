@@ -69,7 +69,7 @@ def warp_width() -> dict:
     """Gluon layouts for 64-wide warps compiled for sm_90 (32-wide): their ``#blocked`` layouts and the
     :class:`iris.warp_width.WarpWidthNote` messages of the whole process (one, though two kernels are
     re-expressed) and the files they point at (the caller of the compile); and the advice for a layout that
-    fits no warp width (16 threads), which stays refused."""
+    fits no warp width (16 threads), which stays refused; whether iris salted the Gluon cache key."""
     copy_signature = {"src": "*fp32", "out": "*fp32", "BLOCK": "constexpr"}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -79,8 +79,10 @@ def warp_width() -> dict:
         copy = layouts(compile_for_sm90(portability.amd_layout_copy, copy_signature, {"BLOCK": 256}))
         narrow = advice(portability.narrow_layout_copy, copy_signature, {"BLOCK": 64}, num_warps=1)
     notes = [w for w in caught if issubclass(w.category, WarpWidthNote)]
+    source = GluonASTSource(fn=portability.amd_layout_copy, signature=copy_signature, constexprs={"BLOCK": 256})
     return {"amd_layout_load": load, "amd_layout_copy": copy, "notes": [str(w.message) for w in notes],
-            "note_sites": [Path(w.filename).name for w in notes], "narrow_layout_copy": narrow}
+            "note_sites": [Path(w.filename).name for w in notes], "narrow_layout_copy": narrow,
+            "cache_key_salted": source.hash() != ASTSource.hash(source)}
 
 
 def volatile_load(api: str, cache_modifier: str) -> str:

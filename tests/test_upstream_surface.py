@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 import iris
-from iris import launch_options, tensor_creation, upstream_layout
+from iris import launch_options, upstream_layout, warning_site
 from iris.device_utils import get_cu_id, get_xcc_id, read_realtime
 from iris.launch_options import AMDOnlyOptionWarning, amd_only_options, drop_amd_only
 from iris.tensor_creation import CudaOnCpuHeapNote
@@ -234,7 +234,7 @@ def test_amd_only_options_come_from_triton_and_kernel_parameters_win(monkeypatch
     assert {"waves_per_eu", "matrix_instr_nonkdim", "kpack"} <= options
     assert not {"num_warps", "num_stages", "num_ctas"} & options
     assert options <= launch_options.KNOWN_AMD_ONLY_OPTIONS  # the fallback for one-backend builds is current
-    monkeypatch.setattr(launch_options, "_warned", set())  # as in a process that has not launched yet
+    monkeypatch.setattr(warning_site, "_said", set())  # as in a process that has not launched yet
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         kept = drop_amd_only({"BLOCK": 64, "kpack": 2, "waves_per_eu": 1, "num_warps": 4}, ["x", "kpack", "BLOCK"])
@@ -276,7 +276,7 @@ def test_read_realtime_is_the_hosts_monotonic_clock_on_the_interpreter():
 @pytest.mark.usefixtures("no_heap_files_left_behind")
 def test_cuda_device_on_a_cpu_heap_gives_the_heap_tensor_with_one_note(monkeypatch):
     """Upstream's device="cuda" on a CPU heap: the tensor is on the heap (CPU), with one CudaOnCpuHeapNote."""
-    monkeypatch.setattr(tensor_creation, "_noted_cuda_on_cpu", False)  # as in a process that has not said it
+    monkeypatch.setattr(warning_site, "_said", set())  # as in a process that has not said it
     ctx = iris.iris("1MiB", backend="cpu")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -329,4 +329,20 @@ def test_gluon_layout_for_64_wide_warps_compiles_for_sm90_with_one_note():
     assert len(widths["notes"]) == 1, widths["notes"]  # two kernels re-expressed, said once per process
     assert "written for 64-wide warps (AMD); compiled with threads_per_warp=[32]" in widths["notes"][0]
     assert widths["note_sites"] == ["sm90_compile.py"]  # the compile's caller, not iris, Triton or ast.py
+    assert widths["cache_key_salted"]  # Triton's cache never mixes compiles made with iris and without
     assert widths["narrow_layout_copy"]["advice"] is not None  # 16 threads: still refused, with advice
+
+
+def test_a_note_is_said_once_per_process_but_again_if_it_raised(monkeypatch):
+    """warn_once: said once and pointing at the caller; under -W error it raises each time (never marked said)."""
+    monkeypatch.setattr(warning_site, "_said", set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):
+            with pytest.raises(UserWarning, match="a note"):
+                warning_site.warn_once("test note", "a note", UserWarning, "iris")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            warning_site.warn_once("test note", "a note", UserWarning, "iris")
+    assert [(w.message.args[0], w.filename) for w in caught] == [("a note", __file__)]

@@ -3,11 +3,12 @@
 # Correctness only: the streams share the GPUs, so no timing printed here is a measurement.
 #   bash tests/gpu/run_gpu_batch.sh UPSTREAM_DIR SECONDS [LESSON ...] [-- PYTEST_ARGS ...]
 # UPSTREAM_DIR: a checkout of upstream Iris (carried; nothing of it is in this repository). SECONDS: the time
-# both streams must end in (the device call's limit, less a margin). Carry .whl (tests/gpu/install_wheels.sh).
+# everything must end in (the device call's limit, less a margin). Carry .whl (tests/gpu/install_wheels.sh).
 # Writes to $OUT: upstream.md (the table), upstream.log (each example's output), lessons.log, gpu-tests.log.
 #   stream 1: tests/gpu/run_upstream_examples.py, 3 examples at once, each with every rank on its own GPU
 #             when the machine has as many GPUs as ranks
-#   stream 2: the lessons named (tests/gpu/run_notebooks.py), then pytest on PYTEST_ARGS
+#   stream 2: the lessons named (tests/gpu/run_notebooks.py)
+# then, once both have ended, pytest on PYTEST_ARGS alone on the GPUs (some of its tests time kernels).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 upstream=$1 seconds=$2
@@ -36,13 +37,13 @@ examples=$!
     echo "lessons exit $?"
   fi
 } >"$out/lessons.log" 2>&1
+wait "$examples"
+echo "examples exit $?" >>"$out/upstream-table.txt"
 if [ ${#tests[@]} -gt 0 ]; then
   timeout -k 10 $(left) python3 -m pytest -q -o addopts="" -p no:cacheprovider "${tests[@]}" \
     >"$out/gpu-tests.log" 2>&1
   echo "pytest exit $?" >>"$out/gpu-tests.log"
 fi
-wait "$examples"
-echo "examples exit $?" >>"$out/upstream-table.txt"
 cat "$out/upstream-table.txt"
 tail -5 "$out/lessons.log" "$out/gpu-tests.log" 2>/dev/null
 echo "heap files left in /dev/shm: $(find /dev/shm -maxdepth 1 -name 'iris-workbench*' | wc -l)"

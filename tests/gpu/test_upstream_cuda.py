@@ -17,7 +17,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris
-from iris import launch_options, warp_width
+from iris import warning_site
 from iris.launch_options import AMDOnlyOptionWarning
 from iris.warp_width import WarpWidthNote
 from tests.launch_option_kernels import scale
@@ -77,7 +77,7 @@ def test_do_bench_reports_a_kernel_of_known_length_and_keeps_ranks_in_step():
 
 
 def test_amd_only_launch_options_are_dropped_with_one_warning_each(monkeypatch):
-    monkeypatch.setattr(launch_options, "_warned", set())  # "once per process": as if no launch had said it yet
+    monkeypatch.setattr(warning_site, "_said", set())  # "once per process": as if no launch had said it yet
     src = torch.arange(256, dtype=torch.float32, device="cuda")
     out = torch.zeros_like(src)
     with warnings.catch_warnings(record=True) as caught:
@@ -93,7 +93,7 @@ def test_amd_only_launch_options_are_dropped_with_one_warning_each(monkeypatch):
 
 def test_gluon_layout_for_64_wide_warps_runs_on_32_wide_warps(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # compiled afresh: the note comes with compiling
-    monkeypatch.setattr(warp_width, "_noted", False)  # "once per process": as if no compile had said it yet
+    monkeypatch.setattr(warning_site, "_said", set())  # "once per process": as if no compile had said it yet
     src = torch.arange(128, dtype=torch.float32, device="cuda")
     out = torch.zeros_like(src)
     with warnings.catch_warnings(record=True) as caught:
