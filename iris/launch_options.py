@@ -7,9 +7,11 @@ installed Triton, not listed here: the fields of its AMD backend's options that 
 (triton 3.6: ``allow_flush_denorm``, ``kpack``, ``matrix_instr_nonkdim``, ``schedule_hint``, ``waves_per_eu``).
 A kernel parameter of the same name is the kernel's, and is passed on.
 
-Both of Triton's launch entry points (``JITFunction.run`` for GPUs, Gluon included, and
-``InterpretedFunction.run`` for the CPU interpreter) drop those options before Triton sees them, with one
-:class:`AMDOnlyOptionWarning` per option per process.
+Both of Triton's launch entry points drop those options before Triton sees them, with one
+:class:`AMDOnlyOptionWarning` per option per process: ``JITFunction.run`` (GPUs, Gluon included) as ``import
+iris`` installs :func:`install`, and ``InterpretedFunction.run`` (the CPU interpreter) as
+:func:`iris.interpret.activate` installs its hook (:mod:`iris.interpret.launch_options`), with
+:func:`dropping_amd_only` for both.
 
 Examples
 --------
@@ -25,7 +27,6 @@ import functools
 import inspect
 import warnings
 
-from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 from .interpret.patching import replace_once
@@ -71,7 +72,9 @@ def drop_amd_only(kwargs: dict, parameters) -> dict:
     return {key: value for key, value in kwargs.items() if key not in dropped}
 
 
-def _dropping_amd_only(run):
+def dropping_amd_only(run):
+    """``run`` (a Triton launch entry point: ``run(self, *args, grid, warmup, **kwargs)``) dropping AMD options."""
+
     @functools.wraps(run)
     def launch(self, *args, grid, warmup, **kwargs):
         return run(self, *args, grid=grid, warmup=warmup, **drop_amd_only(kwargs, self.arg_names))
@@ -79,13 +82,17 @@ def _dropping_amd_only(run):
     return launch
 
 
+def install_at(entry) -> None:
+    """Drop AMD-only options at ``entry.run`` (a Triton launch entry point class); idempotent."""
+    parameters = inspect.signature(entry.run).parameters
+    if not {"grid", "warmup"} <= parameters.keys():  # the launch signature of triton 3.6 to 3.9
+        warnings.warn(f"this Triton's {entry.__name__}.run{inspect.signature(entry.run)} is not the one iris "
+                      "adapts: AMD-only launch options are passed to Triton as they are", RuntimeWarning,
+                      stacklevel=2)
+        return
+    replace_once(entry, "run", dropping_amd_only)
+
+
 def install() -> None:
-    """Drop AMD-only options at both of Triton's launch entry points; idempotent. ``import iris`` calls it."""
-    for entry in (JITFunction, InterpretedFunction):
-        parameters = inspect.signature(entry.run).parameters
-        if not {"grid", "warmup"} <= parameters.keys():  # the launch signature of triton 3.6 to 3.9
-            warnings.warn(f"this Triton's {entry.__name__}.run{inspect.signature(entry.run)} is not the one iris "
-                          "adapts: AMD-only launch options are passed to Triton as they are", RuntimeWarning,
-                          stacklevel=2)
-            continue
-        replace_once(entry, "run", _dropping_amd_only)
+    """Drop AMD-only options when a kernel is launched on a GPU; idempotent. ``import iris`` calls it."""
+    install_at(JITFunction)

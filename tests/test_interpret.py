@@ -55,17 +55,22 @@ def test_runtime_scalars_index_on_this_triton_and_numpy():
 
 
 def test_patches_are_installed_once():
-    from triton.runtime.interpreter import GridExecutor
+    from triton.runtime.interpreter import GridExecutor, InterpretedFunction
     from triton.runtime.jit import JITFunction
 
     from iris import launch_options
     from iris.interpret import aggregate, constexpr, device_calls, gluon, guard, scalar_index
+    from iris.interpret import launch_options as interpreted_launch_options
     from iris.interpret.patching import INSTALLED_MARK
 
-    before = (JITFunction.run, JITFunction.__call__, GridExecutor.__init__, GridExecutor.__call__)
-    for module in (constexpr, aggregate, gluon, device_calls, scalar_index, guard, launch_options):
+    entries = (JITFunction.run, JITFunction.__call__, GridExecutor.__init__, GridExecutor.__call__,
+               InterpretedFunction.run)
+    for module in (constexpr, aggregate, gluon, device_calls, scalar_index, guard, launch_options,
+                   interpreted_launch_options):
         module.install()
-    assert (JITFunction.run, JITFunction.__call__, GridExecutor.__init__, GridExecutor.__call__) == before
+    assert (JITFunction.run, JITFunction.__call__, GridExecutor.__init__, GridExecutor.__call__,
+            InterpretedFunction.run) == entries
+    assert getattr(InterpretedFunction.run, INSTALLED_MARK) == {"iris.launch_options.dropping_amd_only"}
     # JITFunction.run is wrapped by several adapters (the interpreter's, launch_options'), each of them once:
     # one wrapper per adapter named in the mark, and the innermost function is Triton's own
     wrappers, run = [], JITFunction.run
@@ -75,7 +80,7 @@ def test_patches_are_installed_once():
     assert not hasattr(run, INSTALLED_MARK) and run.__module__ == "triton.runtime.jit"
     adapters = getattr(JITFunction.run, INSTALLED_MARK)
     assert len(wrappers) == len(adapters) >= 2, (wrappers, adapters)
-    assert "iris.launch_options._dropping_amd_only" in adapters
+    assert "iris.launch_options.dropping_amd_only" in adapters
 
 
 # ---------------------------------------------------------------- Gluon kernels

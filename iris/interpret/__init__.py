@@ -67,14 +67,27 @@ def activate():
 
     import triton
 
-    from . import aggregate, bf16, clock, constexpr, device_calls, gluon, guard, number_min_max, scalar_index, version
+    from . import (
+        aggregate,
+        bf16,
+        clock,
+        constexpr,
+        device_calls,
+        gluon,
+        guard,
+        launch_options,
+        number_min_max,
+        scalar_index,
+        version,
+    )
 
     version.check_triton_internals()
     # triton.knobs reads TRITON_INTERPRET on every access unless a value was assigned to the knob;
     # assign it too, so an earlier ``triton.knobs.runtime.interpret = False`` cannot win.
     triton.knobs.runtime.interpret = True
     # bf16 last: it wraps builder methods (minnumf...) that the modules before it may have replaced.
-    for module in (constexpr, aggregate, gluon, device_calls, scalar_index, number_min_max, clock, guard, bf16):
+    for module in (constexpr, aggregate, gluon, device_calls, scalar_index, number_min_max, clock, guard,
+                   launch_options, bf16):
         module.install()
     _activated = True
 
