@@ -60,7 +60,8 @@ from .timing import do_bench  # noqa: E402
 from .tracing import TraceEvent  # noqa: E402
 
 upstream_layout.install()  # upstream's module paths (iris.host.iris, iris.device.utils, ...) as our modules
-_launch_options.install()  # AMD-only launch options (waves_per_eu, ...) dropped with a warning on CUDA/CPU
+_launch_options.install()  # AMD-only launch options (waves_per_eu, ...) dropped with a warning (GPU launches;
+#                             the interpreter's: iris.interpret.activate)
 _warp_width.install()  # Gluon layouts for AMD's 64-wide warps compiled for NVIDIA's 32-wide ones
 
 __all__ = [
