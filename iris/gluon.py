@@ -15,9 +15,9 @@ interpreter ignores layouts and runs it). Every ``IrisDeviceCtx`` method therefo
 compiler propagates to the rest of the kernel: upstream's layout-less examples run as written. Explicit
 layouts are never changed. A kernel with no ``IrisDeviceCtx`` call still has nothing to anchor: give its range
 a layout (``gl.CoalescedLayout()`` is portable across 32- and 64-wide warps; an explicit ``gl.BlockedLayout``
-must match the warp width, 32 on NVIDIA, while AMD examples say 64), and launch inside
-:func:`iris.hints.layout_hints` (also importable from here) to get that advice instead of the bare compiler
-error; it also explains a ``BlockedLayout`` written for AMD's 64-wide warps.
+must match the warp width, 32 on NVIDIA, while AMD examples say 64, which :mod:`iris.warp_width` re-expresses
+for 32), and launch inside :func:`iris.hints.layout_hints` (also importable from here) to get that advice
+instead of the bare compiler error; it also explains a ``BlockedLayout`` that fits no warp width.
 
 Examples
 --------
