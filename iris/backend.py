@@ -42,6 +42,19 @@ def choose_backend(backend: str | None = None) -> str:
     return requested
 
 
+def gpu_for_rank(rank: int) -> int:
+    """The GPU rank ``rank``'s heap lives on: ``rank % device count``, so ranks share GPUs when they outnumber them.
+
+    Examples
+    --------
+    >>> gpu_for_rank(3) in range(max(1, __import__("torch").cuda.device_count()))   # doctest: +SKIP
+    True
+    """
+    import torch
+
+    return rank % torch.cuda.device_count()
+
+
 def kernels_run_on_gpu() -> bool:
     """True when this process's kernels run on a GPU: a GPU backend, and Triton not switched to its interpreter
     (``iris.iris(backend="cpu")`` switches it on a GPU machine too). What timing and device queries answer for.

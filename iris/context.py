@@ -66,6 +66,8 @@ class Iris:
         ``"races"`` when kernels are checked for data races (:meth:`races`), else None.
     """
 
+    CCL = CCL  # upstream's name for the class of ctx.ccl (its API reference: iris.host.iris.Iris.CCL.all_reduce)
+
     def __init__(self, heap_size: int | str = 1 << 30, allocator_type: str | None = None, *,
                  backend: str | None = None, debug: bool | None = None, check: str | None = None):
         self.backend = choose_backend(backend)

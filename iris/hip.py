@@ -15,7 +15,12 @@ query                         ``cuda``                                    ``cpu`
 ``get_device_id``             the current CUDA device                      0 (the one CPU "device")
 ``get_arch_string``           ``"sm_90"`` and the like                     ``"cpu"``
 ``get_rocm_version``          ``(-1, -1)`` (no ROCm), as upstream          ``(-1, -1)``
+``get_device_id_for_rank(r)`` ``r % count``: the GPU rank r's heap is on   0
 ============================  ==========================================  ====================================
+
+``get_device_id_for_rank`` is upstream's ``iris.get_device_id_for_rank``: upstream wraps the rank around the
+GPUs only when ``IRIS_SIMULATION`` is set (:func:`is_simulation_env`); here ranks always share GPUs when they
+outnumber them, so the answer is always a valid device, the one iris puts that rank's heap on.
 
 Upstream's CUDA branch of ``get_wall_clock_rate`` answers the SM clock (``cudaDevAttrClockRate``), which is
 not the rate of any clock its kernels read; here it is the rate of the clock ``read_realtime`` reads, so the
@@ -37,7 +42,7 @@ import os
 
 import torch
 
-from .backend import kernels_run_on_gpu
+from .backend import gpu_for_rank, kernels_run_on_gpu
 
 # kHz of the device clock read_realtime reads: %globaltimer on NVIDIA GPUs and time.monotonic_ns() on the
 # interpreter both count nanoseconds (iris.tracing.device.device_clock).
@@ -124,3 +129,24 @@ def get_wall_clock_rate(device_id: int | None = None) -> int:
     """
     _any_device(device_id)
     return DEVICE_CLOCK_RATE_KHZ
+
+
+def get_device_id_for_rank(local_rank: int) -> int:
+    """The device a rank with this local rank uses: the GPU iris puts its heap on; 0 on the CPU backend.
+
+    Examples
+    --------
+    >>> torch.cuda.set_device(iris.hip.get_device_id_for_rank(int(os.environ["LOCAL_RANK"])))   # doctest: +SKIP
+    """
+    index = _any_device(local_rank)
+    if index is None:
+        raise ValueError("local_rank=None: give the rank's local rank (an integer >= 0)")
+    return gpu_for_rank(index) if kernels_run_on_gpu() else 0
+
+
+def is_simulation_env() -> bool:
+    """Whether ``IRIS_SIMULATION`` is set ("1", "true" or "yes"), as upstream reads it for pre-silicon runs.
+
+    Nothing here changes with it: :func:`get_device_id_for_rank` always wraps ranks around the GPUs.
+    """
+    return os.environ.get("IRIS_SIMULATION", "").strip().lower() in ("1", "true", "yes")

@@ -29,7 +29,7 @@ import types
 UPSTREAM_MODULES = {
     "iris.host.iris": "iris.context",
     "iris.host.platform.hip": "iris.hip",
-    "iris.host.platform.utils": "iris.timing",
+    "iris.host.platform.utils": "iris.platform_utils",
     "iris.host.logging.logging": "iris.logging",
     "iris.host.memory.tensors": "iris.tensor_creation",
     "iris.host.memory.symmetric_heap": "iris.heap",

@@ -74,7 +74,24 @@ def test_upstream_names_are_our_objects():
     assert SymmetricHeap is iris.heap.SymmetricHeap and atomic_add is iris.atomic_add
     assert TritonContext is iris.Context is iris.DeviceContext is iris.TritonContext
     assert GluonContext is iris.gluon.Context is iris.gluon.IrisDeviceCtx
-    assert {"Context", "do_bench", "hip"} <= set(iris.__all__)
+    assert {"Context", "do_bench", "hip", "experimental", "get_device_id_for_rank"} <= set(iris.__all__)
+
+
+def test_upstream_documented_classes_are_ours():
+    """Upstream's API reference documents ctx.ccl and ctx.ops by the class names Iris.CCL and ops.OpsNamespace."""
+    import iris.host.iris
+    from iris.host.platform.utils import get_device_id_for_rank, is_simulation_env
+
+    from iris.ccl.namespace import CCL
+    from iris.ops.namespace import Ops
+
+    assert iris.host.iris.Iris.CCL is iris.Iris.CCL is CCL and iris.ops.OpsNamespace is Ops
+    assert all(hasattr(CCL, name) for name in ("all_reduce", "all_reduce_preamble", "all_gather", "all_to_all",
+                                                "reduce_scatter"))
+    assert all(hasattr(Ops, name) for name in ("matmul_all_reduce", "all_gather_matmul", "matmul_all_gather",
+                                                "matmul_reduce_scatter"))
+    assert get_device_id_for_rank is iris.get_device_id_for_rank is iris.hip.get_device_id_for_rank
+    assert is_simulation_env is iris.hip.is_simulation_env
 
 
 def test_upstream_folders_are_empty_namespaces_and_install_is_idempotent():
@@ -120,6 +137,16 @@ def test_hip_answers_for_the_cpu_backend():
     assert hip.get_arch_string() == hip.get_arch_string(0) == "cpu"
     assert hip.get_rocm_version() == (-1, -1)
     assert hip.set_device(0) is None
+    assert hip.get_device_id_for_rank(0) == hip.get_device_id_for_rank(7) == 0  # the one CPU "device"
+
+
+def test_is_simulation_env_reads_upstreams_variable(monkeypatch):
+    """IRIS_SIMULATION=1/true/yes as upstream reads it; ranks share GPUs here either way."""
+    for value, expected in (("1", True), ("Yes", True), ("true", True), ("0", False), ("", False)):
+        monkeypatch.setenv("IRIS_SIMULATION", value)
+        assert iris.hip.is_simulation_env() is expected
+    monkeypatch.delenv("IRIS_SIMULATION")
+    assert iris.hip.is_simulation_env() is False
 
 
 @pytest.mark.parametrize("query", ["get_num_xcc", "get_wall_clock_rate", "get_cu_count", "get_arch_string"])

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from ..backend import gpu_for_rank
+
 
 def _runtime():
     try:
@@ -53,7 +55,7 @@ class CudaHeapMemory:
         rt = _runtime()
         self.rank = group.rank
         self.size = size
-        self.device_id = group.rank % torch.cuda.device_count()
+        self.device_id = gpu_for_rank(group.rank)
         self.device = torch.device("cuda", self.device_id)
         torch.cuda.set_device(self.device)
         _check(rt.cudaSetDevice(self.device_id), "cudaSetDevice", self.rank)

@@ -46,8 +46,8 @@ from . import chunked, pieces, sequential
 from .config import DTYPES, FusedConfig, Workspace
 from .graphs import call_key
 
-__all__ = ["FusedConfig", "Workspace", "all_gather_matmul", "choose_path", "matmul_all_gather", "matmul_all_reduce",
-           "matmul_reduce_scatter"]
+__all__ = ["FusedConfig", "OpsNamespace", "Workspace", "all_gather_matmul", "choose_path", "matmul_all_gather",
+           "matmul_all_reduce", "matmul_reduce_scatter"]
 
 CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather, "all_gather_matmul": chunked.all_gather_matmul,
            "matmul_all_reduce": chunked.matmul_all_reduce, "matmul_reduce_scatter": chunked.matmul_reduce_scatter}
@@ -220,3 +220,7 @@ def _check_bias(ctx, op, bias, n, dtype) -> None:
         got = f"{list(bias.shape)} {bias.dtype}" if isinstance(bias, torch.Tensor) else type(bias).__name__
         raise ValueError(f"rank {ctx.cur_rank}: {op}: bias must be [{n}] {dtype} (one value per column of the "
                          f"product), got {got}")
+
+
+# Upstream's name for the class of ctx.ops (its API reference documents iris.ops.OpsNamespace.matmul_all_reduce...).
+from .namespace import Ops as OpsNamespace  # noqa: E402
