@@ -134,6 +134,8 @@ def get_wall_clock_rate(device_id: int | None = None) -> int:
 def get_device_id_for_rank(local_rank: int) -> int:
     """The device a rank with this local rank uses: the GPU iris puts its heap on; 0 on the CPU backend.
 
+    On one machine, where the local rank is the rank (iris places heaps by rank: :func:`iris.backend.gpu_for_rank`).
+
     Examples
     --------
     >>> torch.cuda.set_device(iris.hip.get_device_id_for_rank(int(os.environ["LOCAL_RANK"])))   # doctest: +SKIP

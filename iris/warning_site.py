@@ -48,7 +48,7 @@ def stacklevel_outside(*packages: str) -> int:
 
 
 _said: set[str] = set()  # the keys of the notes warn_once has said in this process
-_said_lock = threading.RLock()  # kernels launch from several threads (Triton 3.9 compiles in a pool)
+_said_lock = threading.Lock()  # kernels launch from several threads (Triton 3.9 compiles in a pool)
 
 
 def warn_once(key: str, message: str, category: type[Warning], *packages: str) -> None:
@@ -66,11 +66,16 @@ def warn_once(key: str, message: str, category: type[Warning], *packages: str) -
     *packages : str
         Whose frames the warning points past (:func:`stacklevel_outside`).
     """
-    with _said_lock:
+    with _said_lock:  # marked first and said outside the lock: a showwarning hook may come back here
         if key in _said:
             return
-        warnings.warn(message, category, stacklevel=_level_outside(sys._getframe(1), packages) + 1)
         _said.add(key)
+    try:
+        warnings.warn(message, category, stacklevel=_level_outside(sys._getframe(1), packages) + 1)
+    except BaseException:
+        with _said_lock:
+            _said.discard(key)
+        raise
 
 
 def _level_outside(frame, packages) -> int:

@@ -9,7 +9,9 @@ with order ``[1, 0]`` becomes ``[4, 8]``): each thread then holds twice the elem
 :class:`WarpWidthNote` per process says so, when the kernel is compiled (a compile Triton finds in its cache
 says nothing). Any other mismatch is left to Triton, whose error :mod:`iris.hints` explains. Gluon compiles
 made with iris are cached under keys of their own (:data:`CACHE_SALT`), so a process without iris never loads
-a re-expressed kernel, nor a process with iris one compiled without it.
+a re-expressed kernel, nor a process with iris one compiled without it. Two things Triton names by that key
+change with it: ``TRITON_KERNEL_OVERRIDE``/``TRITON_KERNEL_DUMP`` folders (dump with iris to override with
+iris), and a compile Triton hands to a process pool of its own (which runs without iris: no rewrite there).
 
 The target's warp width is the compile options' ``warp_size`` (NVIDIA's options have it: 32); the CPU
 interpreter ignores layouts and needs nothing.

@@ -2,7 +2,7 @@
 
 CPU only. ``iris/__init__.py`` calls :func:`activate` before anything defines a kernel; on a GPU
 machine nothing here runs. This package imports nothing else from ``iris`` but :mod:`iris.versions` (for
-the supported range its errors name).
+the supported range its errors name) and, in :mod:`.launch_options`, the rule of :mod:`iris.launch_options`.
 
 What :func:`activate` installs, one module each (every module says which triton code it works
 around, and why):
@@ -16,6 +16,7 @@ around, and why):
 * :mod:`.clock`: the device clock's inline PTX reads the host's monotonic clock (device tracing);
 * :mod:`.guard`: launching a kernel decorated before activation raises a clear ``RuntimeError``;
 * :mod:`.number_min_max`: ``tl.minimum``/``tl.maximum`` of a NaN and a number give the number (triton 3.6, 3.7);
+* :mod:`.launch_options`: AMD-only launch options (``waves_per_eu``...) are dropped with a warning, as on a GPU;
 * :mod:`.bf16`: bfloat16 arithmetic, conversions, reductions, ``tl.dot`` and atomics give what a GPU gives
   (the interpreter computes on bf16's raw bits); what it cannot emulate for bf16 raises.
 
