@@ -26,14 +26,8 @@ RETURN_MODES = {"mean": statistics.mean, "median": statistics.median, "min": min
 L2_FLUSH_BYTES = 256 << 20  # larger than any GPU's L2 (H100: 50 MiB), as upstream's
 
 
-def _check_quantiles(quantiles) -> None:
-    if quantiles is not None and any(not 0 <= q <= 1 for q in quantiles):
-        raise ValueError(f"quantiles={list(quantiles)}: each must lie in [0, 1]")
-
-
 def _quantiles(times: list[float], quantiles) -> float | list[float]:
-    """Linear-interpolated quantiles of ``times`` (one number when one quantile is asked)."""
-    _check_quantiles(quantiles)
+    """Linear-interpolated quantiles of ``times`` (one number when one quantile is asked); each in [0, 1]."""
     ordered = sorted(times)
     values = []
     for q in quantiles:
@@ -78,7 +72,9 @@ def do_bench(fn, barrier_fn=lambda: None, preamble_fn=lambda: None, n_warmup: in
         raise ValueError(f"return_mode={return_mode!r}: use one of {sorted(RETURN_MODES)}")
     if n_repeat < 1 or n_warmup < 0:
         raise ValueError(f"n_repeat={n_repeat}, n_warmup={n_warmup}: time at least one call, warm up >= 0 times")
-    _check_quantiles(quantiles)  # before any call: a bad argument should not cost a whole benchmark
+    # Checked before any call: a bad argument should not cost a whole benchmark.
+    if quantiles is not None and any(not 0 <= q <= 1 for q in quantiles):
+        raise ValueError(f"quantiles={list(quantiles)}: each must lie in [0, 1]")
     on_gpu = kernels_run_on_gpu()
     # A buffer larger than the L2: zeroing it leaves none of the last call's data in the cache.
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if on_gpu else None

@@ -1,5 +1,5 @@
-"""Where a warning points (the user's line, past the frames of iris and of the libraries it adapts), and
-notes said once per process.
+"""Notes said once per process, pointing at the user's line (past the frames of iris and of the libraries it
+adapts).
 
 A note raised deep inside iris (or inside Triton's launch and compile path, which iris wraps) is only useful
 if it names the line the user wrote; how many frames lie between differs by call path and by Triton release,
@@ -7,9 +7,6 @@ so the ``stacklevel`` is counted, not fixed.
 
 Examples
 --------
->>> import warnings
->>> def note():
-...     warnings.warn("a note", UserWarning, stacklevel=stacklevel_outside("iris"))
 >>> def note_once():
 ...     warn_once("example-note", "said once per process", UserWarning, "iris")
 """
@@ -34,19 +31,6 @@ def _skipped(frame, packages) -> bool:
             or (path.startswith(_STDLIB) and not path.startswith(_SITE)))
 
 
-def stacklevel_outside(*packages: str) -> int:
-    """The ``stacklevel`` that names the first frame outside ``packages`` and the standard library.
-
-    For the caller's own ``warnings.warn``.
-
-    Parameters
-    ----------
-    *packages : str
-        Top-level package names whose frames are skipped, e.g. ``"iris", "triton"``.
-    """
-    return _level_outside(sys._getframe(1), packages)  # from the caller, which calls warnings.warn: stacklevel 1
-
-
 _said: set[str] = set()  # the keys of the notes warn_once has said in this process
 _said_lock = threading.Lock()  # kernels launch from several threads (Triton 3.9 compiles in a pool)
 
@@ -64,7 +48,8 @@ def warn_once(key: str, message: str, category: type[Warning], *packages: str) -
     message : str
     category : type of Warning
     *packages : str
-        Whose frames the warning points past (:func:`stacklevel_outside`).
+        Top-level packages whose frames the warning points past, e.g. ``"iris", "triton"`` (the standard
+        library's are passed too).
     """
     with _said_lock:  # marked first and said outside the lock: a showwarning hook may come back here
         if key in _said:
@@ -79,6 +64,7 @@ def warn_once(key: str, message: str, category: type[Warning], *packages: str) -
 
 
 def _level_outside(frame, packages) -> int:
+    """How far out from ``frame`` (counted as 1) the first frame outside ``packages`` and the standard library is."""
     level = 1
     while frame is not None and _skipped(frame, packages):
         frame, level = frame.f_back, level + 1

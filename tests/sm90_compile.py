@@ -4,8 +4,8 @@ Run as a script with ``IRIS_BACKEND=cuda`` (so that importing iris does not swit
 interpreter); it prints one JSON object as its last line: per kernel, the ``#blocked`` layouts of the compiled
 TTGIR, the advice :func:`iris.gluon.layout_hints` gave, or iris's refusal; and for device tracing, how the PTX
 of a kernel with tracing off and on compares with its untraced twin (:func:`tracing_cost`).
-tests/test_gluon_sm90.py runs it, tests/test_upstream_surface.py its :func:`warp_width` alone (ptxas leaves
-the PTX of a failed compile in the temporary directory: run it with a ``TMPDIR`` of its own).
+tests/test_gluon_sm90.py runs it (ptxas leaves the PTX of a failed compile in the temporary directory: run it
+with a ``TMPDIR`` of its own).
 
 Examples
 --------
@@ -15,7 +15,6 @@ Examples
 from __future__ import annotations
 
 import json
-import sys
 import warnings
 from pathlib import Path
 
@@ -156,5 +155,5 @@ def main() -> dict:
     }
 
 
-if __name__ == "__main__":  # `python -m tests.sm90_compile [warp_width]`: everything, or only warp_width()
-    print(json.dumps(warp_width() if sys.argv[1:] == ["warp_width"] else main()))
+if __name__ == "__main__":
+    print(json.dumps(main()))

@@ -54,7 +54,10 @@ def test_amd_warp_width_compiles_for_32_wide_warps_and_what_fits_no_warp_gets_ad
         "#blocked = #ttg.blocked<{sizePerThread = [1], threadsPerWarp = [32], warpsPerCTA = [1], order = [0]}>"]
     assert widths["amd_layout_copy"] == [
         "#blocked = #ttg.blocked<{sizePerThread = [1], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>"]
-    assert len(widths["notes"]) == 1 and "threads_per_warp=[32]" in widths["notes"][0], widths["notes"]
+    assert len(widths["notes"]) == 1, widths["notes"]  # two kernels re-expressed, said once per process
+    assert "written for 64-wide warps (AMD); compiled with threads_per_warp=[32]" in widths["notes"][0]
+    assert widths["note_sites"] == ["sm90_compile.py"]  # the compile's caller, not iris, Triton or ast.py
+    assert widths["cache_key_salted"]  # Triton's cache never mixes compiles made with iris and without
     # 16 threads per warp fits neither width: Triton refuses it, and iris.hints names the line and the fix
     hint = widths["narrow_layout_copy"]
     assert hint["compiler"] == "error encountered during parsing"  # all Triton raises; MLIR's reason is on fd 2

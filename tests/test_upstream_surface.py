@@ -2,9 +2,9 @@
 
 Module-path aliases (``iris.host.*``, ``iris.mem.*``, ``iris.device.utils``) are our modules; ``iris.hip``'s
 answers; ``iris.do_bench``; ``iris.ccl.Config``'s AMD tuning fields; AMD-only launch options dropped with one
-warning each per process; the device clock in a kernel; ``device="cuda"`` on a CPU heap; Gluon layouts for
-64-wide warps compiled for sm_90 (32-wide) on this machine. tests/gpu/test_upstream_cuda.py checks the clock,
-``do_bench`` and the launch options on a GPU.
+warning each per process; the device clock in a kernel; ``device="cuda"`` on a CPU heap; how Gluon layouts
+for 64-wide warps are re-expressed (their sm_90 compile is checked with the others in tests/test_gluon_sm90.py).
+tests/gpu/test_upstream_cuda.py checks the clock, ``do_bench`` and the launch options on a GPU.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import types
@@ -339,25 +338,6 @@ def test_cuda_device_on_a_cpu_heap_gives_the_heap_tensor_with_one_note(monkeypat
 def test_halved_threads_per_warp(threads, order, warp, halved):
     """Threads per warp re-expressed for a warp half as wide, or None when not written for one twice as wide."""
     assert halved_threads_per_warp(threads, order, warp) == halved
-
-
-def test_gluon_layout_for_64_wide_warps_compiles_for_sm90_with_one_note():
-    """gl.BlockedLayout([1], [64], [4], [0]) compiles for sm_90 (32-wide warps) with one WarpWidthNote."""
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    with tempfile.TemporaryDirectory() as scratch:  # ptxas's leftovers and a cache of its own go away
-        env.update(IRIS_BACKEND="cuda", PYTHONPATH=str(ROOT), TMPDIR=scratch, TRITON_CACHE_DIR=scratch)
-        done = subprocess.run([sys.executable, "-m", "tests.sm90_compile", "warp_width"], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    widths = json.loads(done.stdout.splitlines()[-1])
-    assert widths["amd_layout_copy"] == [
-        "#blocked = #ttg.blocked<{sizePerThread = [1], threadsPerWarp = [32], warpsPerCTA = [4], order = [0]}>"]
-    assert "threadsPerWarp = [32]" in widths["amd_layout_load"][0]
-    assert len(widths["notes"]) == 1, widths["notes"]  # two kernels re-expressed, said once per process
-    assert "written for 64-wide warps (AMD); compiled with threads_per_warp=[32]" in widths["notes"][0]
-    assert widths["note_sites"] == ["sm90_compile.py"]  # the compile's caller, not iris, Triton or ast.py
-    assert widths["cache_key_salted"]  # Triton's cache never mixes compiles made with iris and without
-    assert widths["narrow_layout_copy"]["advice"] is not None  # 16 threads: still refused, with advice
 
 
 def test_a_note_is_said_once_per_process_but_again_if_it_raised(monkeypatch):
