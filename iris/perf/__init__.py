@@ -1,0 +1,29 @@
+"""How fast, and how far from the hardware: timing callables on every rank in step, against the GPU's roofs.
+
+- :func:`compare` times candidates (label -> callable) on every rank in step, CUDA-graph timed where they can
+  be captured, the slowest rank's time, with achieved TFLOP/s and GB/s and their share of the roofs;
+- :mod:`specs`: the spec sheet of the common data-centre GPUs (:func:`specs.find`);
+- :mod:`ceilings`: what this machine reaches now (:func:`ceilings.measure`: cuBLAS matmul, device copy, peer copy);
+- :mod:`roofline`: ``attainable = min(peak, intensity x bandwidth)``;
+- :func:`replay_time`: the CUDA-graph timer the benchmarks and :func:`compare` share.
+
+The workbench draws what this package measures (``workbench.bench``).
+
+Examples
+--------
+>>> report = iris.perf.compare(ctx, {"mine": lambda: mine(out, inp), "NCCL": lambda: nccl(out, inp)},
+...                            bytes=2 * inp.nbytes)                        # doctest: +SKIP
+>>> iris.perf.specs.find("NVIDIA H200").peak("bf16")
+989.5
+"""
+
+from . import ceilings, roofline, specs
+from .ceilings import Ceilings
+from .compare import CandidateResult, PerfReport, compare
+from .errors import PerfError
+from .replay import ReplayTiming, replay_time
+from .roofline import Roof
+from .specs import GpuSpec
+
+__all__ = ["CandidateResult", "Ceilings", "GpuSpec", "PerfError", "PerfReport", "ReplayTiming", "Roof", "ceilings",
+           "compare", "replay_time", "roofline", "specs"]

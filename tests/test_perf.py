@@ -1,0 +1,104 @@
+"""iris.perf on the CPU: spec lookup from real device strings, roofline arithmetic, ``compare`` on two real ranks
+(interpreter timing, labelled so) and the errors for bad input; and ``workbench.bench`` on real engines, whose
+output carries a static form (the table and the roofline's PNG). The GPU path is in tests/gpu/test_perf_cuda.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from iris.perf import Roof, roofline, specs
+
+from .multirank import run_ranks
+
+CASES = "tests.rank_cases_perf"
+
+pytestmark = pytest.mark.usefixtures("no_heap_files_left_behind")
+
+# torch.cuda.get_device_name() as those parts answer it, and the spec each should find.
+DEVICE_NAMES = {
+    "NVIDIA H100 80GB HBM3": "H100 SXM", "NVIDIA H100 PCIe": "H100 PCIe", "NVIDIA H100 NVL": "H100 NVL",
+    "NVIDIA H200": "H200 SXM", "NVIDIA H200 NVL": "H200 NVL", "NVIDIA GH200 480GB": "GH200",
+    "NVIDIA A100-SXM4-80GB": "A100 SXM 80GB", "NVIDIA A100-SXM4-40GB": "A100 SXM 40GB",
+    "NVIDIA A100-PCIE-40GB": "A100 PCIe 40GB", "NVIDIA A100 80GB PCIe": "A100 PCIe 80GB", "NVIDIA B200": "B200",
+    "NVIDIA L40S": "L40S", "NVIDIA L4": "L4", "NVIDIA A10": "A10",
+}
+
+
+@pytest.mark.parametrize("device, part", DEVICE_NAMES.items())
+def test_spec_found_from_device_name(device, part):
+    spec = specs.find(device)
+    assert spec.name == part
+    # Dense figures: the tensor-core bf16 peak is at least the fp32 one, and fp16 matches bf16 on these parts.
+    assert spec.peak("bf16") >= spec.peak("fp32") and spec.peak("fp16") == spec.peak("bf16")
+    assert spec.hbm_gbs > spec.peer_gbs > 0 and spec.sm_count > 0
+
+
+def test_spec_figures_and_unknown_parts():
+    h200, h100 = specs.find("NVIDIA H200"), specs.find("NVIDIA H100 80GB HBM3")
+    assert (h200.peak("bfloat16"), h200.hbm_gbs, h200.peer_gbs) == (989.5, 4800.0, 450.0)  # dense, one direction
+    assert h100.hbm_gbs == 3350.0 and h100.peak("fp8") == 1979.0
+    assert specs.find("NVIDIA A100-SXM4-80GB").peak("fp8") is None  # Ampere has no fp8 units
+    with pytest.warns(UserWarning, match="no spec sheet for GPU 'NVIDIA GeForce RTX 4090'"):
+        assert specs.find("NVIDIA GeForce RTX 4090") is None
+
+
+def test_roofline_arithmetic():
+    roof = Roof("spec", peak_tflops=1000.0, bandwidth_gbs=4000.0)
+    assert roof.ridge == 250.0  # flops per byte where the roofs meet
+    assert roof.attainable(10.0) == 40.0 and roof.attainable(250.0) == 1000.0 and roof.attainable(1e6) == 1000.0
+    assert roofline.intensity(2 * 1024 ** 3, 3 * 2 * 1024 ** 2) == pytest.approx(1024 / 3)
+    assert roofline.intensity(10, 0) is None and roofline.intensity(None, 10) is None
+    assert roofline.share_of_roof(20.0, roof, 10.0) == 0.5
+
+
+def test_compare_on_cpu_ranks():
+    results = run_ranks(2, f"{CASES}:compare_on_cpu", timeout=240)
+    for rank, result in enumerate(results):
+        report = result["report"]
+        assert report["backend"] == "cpu" and report["num_ranks"] == 2 and report["ceilings"] is None
+        assert any("Triton interpreter" in note and "no hardware roofline" in note for note in report["notes"])
+        rows = {row["label"]: row for row in report["results"]}
+        assert list(rows) == ["torch add", "put kernel", "ccl all_reduce"]
+        for row in rows.values():
+            assert row["mode"] == "interpreter" and row["of_spec"] == {} and row["of_measured"] == {}
+            assert row["time_us"] == max(row["per_rank_us"]) > 0 and len(row["per_rank_us"]) == 2
+            assert row["gbs"] == pytest.approx(2 * 4 * 4096 / (row["time_us"] * 1e-6) / 1e9)
+        assert rows["torch add"]["tflops"] == pytest.approx(4096 / (rows["torch add"]["time_us"] * 1e-6) / 1e12)
+        assert rows["put kernel"]["peer_gbs"] > 0 and rows["ccl all_reduce"]["peer_gbs"] is None
+        assert rows["torch add"]["intensity"] == pytest.approx(4096 / (8 * 4096))
+        assert "interpreter" in result["text"] and "put kernel" in result["text"]
+        # The candidates really ran: the put wrote the previous rank's value, the all_reduce summed.
+        assert result["dst_first"] == float((rank - 1) % 2) and result["out_first"] == 2.0
+    # Collective: both ranks report the same (slowest-rank) times.
+    assert results[0]["report"]["results"] == results[1]["report"]["results"]
+
+
+@pytest.fixture(scope="module")
+def refusals():
+    return run_ranks(2, f"{CASES}:bad_input", timeout=240)
+
+
+def test_failing_candidate_names_rank_and_label(refusals):
+    for messages in refusals:
+        message = messages["fails on rank 1"]
+        assert "candidate 'divides' failed on rank 1" in message and "ZeroDivisionError" in message
+        assert "rank 0:" not in message
+
+
+def test_mismatched_flops_name_the_rank(refusals):
+    for messages in refusals:
+        assert "flops={'fine': 200} on rank 1 but {'fine': 100} on rank 0" in messages["flops differ"]
+
+
+def test_gpu_only_candidate_on_cpu(refusals):
+    for messages in refusals:
+        message = messages["needs a GPU"]
+        assert "candidate 'torch + NCCL' failed on ranks 0, 1" in message
+        assert "needs a GPU" in message and "CPU backend" in message
+
+
+def test_not_callable(refusals):
+    for rank, messages in enumerate(refusals):
+        assert f"rank {rank}: candidate 'fine' is a str, not a callable" in messages["not callable"]
+
