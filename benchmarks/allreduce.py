@@ -38,6 +38,7 @@ from benchmarks.results import environment, write_section  # noqa: E402
 from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config  # noqa: E402
 from iris.ccl.all_reduce import RING_FROM_BYTES, RING_FROM_WORLD  # noqa: E402
 from iris.ccl.inbox import INBOX_BYTES  # noqa: E402
+from iris.perf import replay_time  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [8 * KiB, 32 * KiB, 128 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB]
@@ -68,46 +69,11 @@ def _config(variant: str) -> Config:
 # ------------------------------------------------------------------ timing
 
 def measure(fn, calls: int, timed_ms: float = TIMED_MS) -> tuple[float, bool]:
-    """(µs per call, captured): ``calls`` calls captured in one CUDA graph, replayed for about ``timed_ms``."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up on a side stream, as torch's graph docs ask
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph, captured = torch.cuda.CUDAGraph(), True
-    try:
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
-        run = graph.replay
-    except RuntimeError:  # e.g. a library that cannot be captured: time an eager loop instead
-        captured = False
-        torch.cuda.synchronize()
-
-        def run():
-            for _ in range(calls):
-                fn()
-    run()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    run()
-    end.record()
-    end.synchronize()
-    repeats = torch.tensor([max(3, min(200, int(timed_ms / max(start.elapsed_time(end), 1e-3))))], device="cuda")
-    # Every rank must replay as often as the others: each replay is a collective, a rank that replayed
-    # more would wait for its peers forever.
-    dist.all_reduce(repeats, op=dist.ReduceOp.MAX)
-    repeats = int(repeats.item())
-    dist.barrier()
-    start.record()
-    for _ in range(repeats):
-        run()
-    end.record()
-    end.synchronize()
-    us = torch.tensor([start.elapsed_time(end) * 1e3 / (repeats * calls)], device="cuda")
-    dist.all_reduce(us, op=dist.ReduceOp.MAX)  # the slowest rank's time
-    return us.item(), captured
+    """(µs per call, captured): ``calls`` calls captured in one CUDA graph, replayed for about ``timed_ms``, the
+    slowest rank's time (:func:`iris.perf.replay_time`, shared with ``iris.perf.compare``; an eager loop where a
+    capture fails)."""
+    timing = replay_time(fn, calls, timed_ms)
+    return timing.us, timing.captured
 
 
 def eager(fn) -> float:
