@@ -1,0 +1,138 @@
+"""Code that runs inside each rank for tests/test_traffic.py: kernels whose traffic is counted by hand.
+
+``all_ops`` makes every kind of access once per program, masked (lanes ``VALID..`` off), at a target rank:
+load, store, get, put, copy (both ways), the eight masked atomics and a compare-and-swap of a whole block that
+always fails. ``functional_all_ops`` is the same through the functional API. Each case records launches with
+``iris.traffic.record`` and returns every launch's matrix (collective), so the test compares them with its own
+hand count.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+import iris
+from iris.interpret import access_events
+
+BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
+BLOCK, VALID, GRID = 16, 13, 2
+
+
+@triton.jit
+def all_ops(context, src, dst, counters, target, rank: tl.constexpr, world: tl.constexpr, BLOCK: tl.constexpr,
+            VALID: tl.constexpr, TRACE: tl.constexpr):
+    ctx = iris.DeviceContext.initialize(context, rank, world, tracing=TRACE)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < VALID
+    x = ctx.load(src + offs, target, mask=mask, other=0.0)
+    ctx.store(dst + offs, x, target, mask=mask)
+    ctx.get(src + offs, dst + offs, target, mask=mask)
+    ctx.put(src + offs, dst + offs, target, mask=mask)
+    ctx.copy(src + offs, dst + offs, rank, target, mask=mask)
+    ctx.copy(src + offs, dst + offs, target, rank, mask=mask)
+    c = counters + tl.program_id(0) * BLOCK + offs
+    ctx.atomic_add(c, 1, target, mask=mask)
+    ctx.atomic_sub(c, 1, target, mask=mask)
+    ctx.atomic_xchg(c, 0, target, mask=mask)
+    ctx.atomic_and(c, 0, target, mask=mask)
+    ctx.atomic_or(c, 0, target, mask=mask)
+    ctx.atomic_xor(c, 0, target, mask=mask)
+    ctx.atomic_min(c, 0, target, mask=mask)
+    ctx.atomic_max(c, 0, target, mask=mask)
+    ctx.atomic_cas(c, offs * 0 - 7, offs * 0 + 1, target)  # the counters hold 0: every lane fails, yet counts
+
+
+@triton.jit
+def functional_all_ops(context, src, dst, counters, target, rank: tl.constexpr, BLOCK: tl.constexpr,
+                       VALID: tl.constexpr):
+    heap_bases = context + 2
+    offs = tl.arange(0, BLOCK)
+    mask = offs < VALID
+    x = iris.load(src + offs, rank, target, heap_bases, mask=mask, other=0.0)
+    iris.store(dst + offs, x, rank, target, heap_bases, mask=mask)
+    iris.get(src + offs, dst + offs, rank, target, heap_bases, mask=mask)
+    iris.put(src + offs, dst + offs, rank, target, heap_bases, mask=mask)
+    iris.copy(src + offs, dst + offs, rank, target, rank, heap_bases, mask=mask)
+    iris.copy(src + offs, dst + offs, target, rank, rank, heap_bases, mask=mask)
+    c = counters + tl.program_id(0) * BLOCK + offs
+    iris.atomic_add(c, 1, rank, target, heap_bases, mask=mask)
+    iris.atomic_sub(c, 1, rank, target, heap_bases, mask=mask)
+    iris.atomic_xchg(c, 0, rank, target, heap_bases, mask=mask)
+    iris.atomic_and(c, 0, rank, target, heap_bases, mask=mask)
+    iris.atomic_or(c, 0, rank, target, heap_bases, mask=mask)
+    iris.atomic_xor(c, 0, rank, target, heap_bases, mask=mask)
+    iris.atomic_min(c, 0, rank, target, heap_bases, mask=mask)
+    iris.atomic_max(c, 0, rank, target, heap_bases, mask=mask)
+    iris.atomic_cas(c, offs * 0 - 7, offs * 0 + 1, rank, target, heap_bases)
+
+
+def _buffers(ctx):
+    return (ctx.zeros(BLOCK, name="src"), ctx.zeros(BLOCK, name="dst"),
+            ctx.zeros(GRID * BLOCK, dtype=torch.int32, name="counters"))
+
+
+def _launch(ctx, api, buffers, target, trace=False):
+    context = ctx.get_device_context()
+    if api == "functional":
+        functional_all_ops[(GRID,)](context, *buffers, target, ctx.cur_rank, BLOCK, VALID)
+    else:
+        all_ops[(GRID,)](context, *buffers, target, ctx.cur_rank, ctx.num_ranks, BLOCK, VALID, trace)
+
+
+def _as_json(matrix) -> dict:
+    return {"kernel": matrix.kernel, "bytes": matrix.bytes.tolist(), "outside": matrix.outside.tolist(),
+            "atomic_ops": {name: counts.tolist() for name, counts in matrix.atomic_ops.items()},
+            "operations": matrix.operations.tolist(), "crossing": matrix.crossing().tolist()}
+
+
+def hand_counted(check: str = "none"):
+    """Both APIs, at the peer on the right and at this rank's own heap: one launch each; then every launch's
+    matrix, all launches' sum, and whether the observer is gone (after the block, and after a block that
+    raised)."""
+    ctx = iris.iris("8MiB", backend=BACKEND, check=check)
+    buffers = _buffers(ctx)
+    rank, world = ctx.cur_rank, ctx.num_ranks
+    right = (rank + 1) % world
+    with iris.traffic.record(ctx) as rec:
+        assert rec in access_events._observers
+        for api in ("device_context", "functional"):
+            for target in (right, rank):
+                _launch(ctx, api, buffers, target)
+                ctx.barrier()
+    observer_removed = rec not in access_events._observers
+    _launch(ctx, "device_context", buffers, right)  # after the block: not counted
+    counted_after = len(rec.launches)
+    try:
+        with iris.traffic.record(ctx) as failing:
+            raise KeyError("a cell that fails")
+    except KeyError:
+        pass
+    removed_after_error = failing not in access_events._observers
+    ctx.barrier()
+    matrices = [_as_json(rec.matrix(launch=k)) for k in range(len(rec.launches))]
+    every_launch = _as_json(rec.matrix())
+    races = len(ctx.races()) if check == "races" else None
+    ctx.barrier()
+    return {"matrices": matrices, "all": every_launch, "observer_removed": observer_removed,
+            "removed_after_error": removed_after_error, "launches_after": counted_after,
+            "text": rec.matrix(launch=0).with_minimum(iris.traffic.minimum.all_gather(VALID * 4, world)).to_text(),
+            "races": races}
+
+
+def missing_launch():
+    """rec.matrix(launch=K) for a launch only rank 0 made: a clear error on every rank."""
+    ctx = iris.iris("8MiB", backend=BACKEND)
+    buffers = _buffers(ctx)
+    with iris.traffic.record(ctx) as rec:
+        if ctx.cur_rank == 0:
+            _launch(ctx, "device_context", buffers, ctx.cur_rank)
+    try:
+        rec.matrix(launch=0)
+    except IndexError as error:
+        message = str(error)
+    ctx.barrier()
+    return {"message": message}

@@ -1,0 +1,134 @@
+"""The traffic matrix (iris.traffic) on the CPU backend, 2 real ranks: byte counts equal hand counts for load,
+store, get, put, copy and every atomic, masked, over several programs, at remote and local heaps, through
+DeviceContext and the functional API, beside the race checker; the observer gone after recording; the minimum
+of common collectives; a trace read as a matrix; and a workbench cell with ``--traffic``.
+
+The kernels and the recording run in tests/rank_cases_traffic.py; the hand count is here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import iris
+from iris.traffic import TrafficMatrix, minimum
+
+from .multirank import run_ranks
+from .rank_cases_traffic import BLOCK, GRID, VALID
+
+CASES = "tests.rank_cases_traffic"
+WORLD = 2
+LANE = 4  # float32 and int32: bytes per lane
+MASKED = VALID * LANE  # what one masked operation moves
+
+pytestmark = pytest.mark.usefixtures("no_heap_files_left_behind")
+
+
+def hand_count(target_of) -> dict:
+    """The bytes of one all_ops launch on every rank, per (issuer, heap, kind), with ``target_of(rank)`` the
+    rank its operations name, counted by hand from the kernel's source (per program, times GRID):
+
+    * load: at the target, ``load``, ``get``, ``copy`` from the target: 3 masked; at its own heap, ``put``'s
+      and ``copy``-to-target's reads of the local source: 2 masked;
+    * store: at the target, ``store``, ``put``, ``copy`` to the target: 3; at its own heap, ``get``'s and
+      ``copy``-from-target's writes into the local destination: 2;
+    * atomic, at the target: 8 masked atomics (``atomic_sub`` counted under ``atomic_add``, as the interpreter
+      sees it) and a compare-and-swap of the whole block, which fails on every lane and counts all the same.
+    """
+    expected = np.zeros((WORLD, WORLD, 3), dtype=np.int64)
+    ops = {name: np.zeros((WORLD, WORLD), dtype=np.int64) for name in
+           ("atomic_add", "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "atomic_min", "atomic_max",
+            "atomic_cas")}
+    for rank in range(WORLD):
+        target = target_of(rank)
+        for _ in range(GRID):
+            expected[rank, target, 0] += 3 * MASKED
+            expected[rank, rank, 0] += 2 * MASKED
+            expected[rank, target, 1] += 3 * MASKED
+            expected[rank, rank, 1] += 2 * MASKED
+            for name in ops:
+                ops[name][rank, target] += {"atomic_add": 2 * MASKED, "atomic_cas": BLOCK * LANE}.get(name, MASKED)
+            expected[rank, target, 2] += 8 * MASKED + BLOCK * LANE
+    return {"bytes": expected.tolist(), "atomic_ops": {name: counts.tolist() for name, counts in ops.items()}}
+
+
+REMOTE = hand_count(lambda rank: (rank + 1) % WORLD)
+LOCAL = hand_count(lambda rank: rank)
+
+
+@pytest.mark.parametrize("check", ["none", "races"])
+def test_byte_counts_equal_hand_counts(check):
+    results = run_ranks(WORLD, f"{CASES}:hand_counted", check)
+    assert results[0]["matrices"] == results[1]["matrices"]  # the matrix is gathered: every rank has it all
+    first = results[0]
+    launches = first["matrices"]
+    # device_context at the peer, then locally; the functional API the same
+    assert [m["kernel"] for m in launches] == ["all_ops", "all_ops", "functional_all_ops", "functional_all_ops"]
+    for matrix, want in zip(launches, [REMOTE, LOCAL, REMOTE, LOCAL], strict=True):
+        assert matrix["bytes"] == want["bytes"], matrix["kernel"]
+        assert matrix["atomic_ops"] == want["atomic_ops"], matrix["kernel"]
+        assert all(o[0] > 0 for o in matrix["outside"])  # the device context's heap bases: a plain tensor
+    summed = np.sum([np.array(m["bytes"]) for m in launches], axis=0)
+    assert first["all"]["bytes"] == summed.tolist()
+    assert first["all"]["kernel"] == "all_ops + functional_all_ops"
+    # What crossed from rank a to b at the peer launch: a's stores and atomics at b, b's loads from a.
+    remote = np.array(REMOTE["bytes"])
+    assert launches[0]["crossing"] == [[0, remote[0, 1, 1] + remote[0, 1, 2] + remote[1, 0, 0]],
+                                       [remote[1, 0, 1] + remote[1, 0, 2] + remote[0, 1, 0], 0]]
+    assert np.array(launches[1]["crossing"]).sum() == 0  # all local
+    # one operation per call per program: 3 loads, 3 stores and 9 atomics at the target
+    assert launches[0]["operations"][0][1] == [3 * GRID, 3 * GRID, 9 * GRID]
+    assert all(r["observer_removed"] and r["removed_after_error"] for r in results)
+    assert all(r["launches_after"] == 4 for r in results)  # the launch after the block was not counted
+    assert "crossed ranks" in first["text"] and "the minimum" in first["text"]
+    if check == "races":  # the checker ran beside the recorder (and sees the kernel's unordered accesses)
+        assert all(r["races"] > 0 for r in results)
+
+
+def test_a_launch_some_ranks_did_not_make_is_a_clear_error():
+    results = run_ranks(WORLD, f"{CASES}:missing_launch")
+    assert all("no launch 0 on every rank" in r["message"] and "rank 1: 0" in r["message"] for r in results)
+
+
+def test_minimum_of_common_operations():
+    assert minimum.all_gather(100, 3).tolist() == [[0, 100, 100], [100, 0, 100], [100, 100, 0]]
+    assert minimum.reduce_scatter(300, 3)[0].tolist() == [0, 100, 100]
+    assert minimum.all_to_all(400, 4)[1].tolist() == [100, 0, 100, 100]
+    assert minimum.all_reduce(400, 4)[2].tolist() == [200, 200, 0, 200]  # 2 N / world to each peer
+    assert minimum.all_reduce(400, 4, algorithm="one_shot")[3].tolist() == [400, 400, 400, 0]
+    with pytest.raises(ValueError, match="do not split into 3"):
+        minimum.reduce_scatter(100, 3)
+    with pytest.raises(ValueError, match="algorithm='ring'"):
+        minimum.all_reduce(400, 4, algorithm="ring")
+
+
+def _traced(name, rank, target, payload):
+    return {"name": name, "ph": "X", "ts": 0.0, "dur": 0.1, "pid": rank,
+            "args": {"target_rank": target, "payload_size": payload, "program_id": 0}}
+
+
+def test_matrix_from_a_trace_counts_what_events_record():
+    events = [_traced("put", 0, 1, 512), _traced("get", 1, 0, 256), _traced("copy", 0, 1, 64),
+              _traced("atomic_cas", 1, 0, 4), _traced("atomic_add", 0, 0, 8), _traced("compute", 0, 0, 4096),
+              {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "Rank 0"}}]
+    m = TrafficMatrix.from_trace({"traceEvents": events, "metadata": {"world_size": 2}})
+    assert m.source == "trace" and m.kernel == "traced kernels (all launches)"
+    assert m.bytes[0, 1].tolist() == [0, 576, 0] and m.bytes[1, 0].tolist() == [256, 0, 4]
+    assert m.bytes[0, 0].tolist() == [0, 0, 8]  # compute events move nothing
+    assert m.atomic_ops["atomic_cas"].tolist() == [[0, 0], [4, 0]]
+    assert m.crossing().tolist() == [[0, 576 + 256], [4, 0]]
+    assert m.total(remote_only=True) == 576 + 256 + 4 and m.total("atomic") == 12
+    shown = m.with_minimum(minimum.all_gather(416, 2))
+    assert shown.ratio() == (576 + 256 + 4) / 832
+    assert "836 B crossed ranks, 832 B needed (1.00× the minimum)" in shown.to_text()
+    assert "832 B / 416 B (2.00× the minimum)" in shown.to_text() and "<table" in shown.to_html()
+    with pytest.raises(ValueError, match=r"a \(2, 2\) matrix"):
+        m.with_minimum(np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="outside a world of 2"):
+        TrafficMatrix.from_trace({"traceEvents": [_traced("put", 0, 5, 4)], "metadata": {"world_size": 2}})
+
+
+def test_iris_names_it():
+    assert iris.traffic.record and iris.traffic.TrafficMatrix is TrafficMatrix
+    assert iris.traffic.KINDS == ("load", "store", "atomic")
