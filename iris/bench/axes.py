@@ -19,8 +19,9 @@ Examples
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -129,7 +130,7 @@ def parse_axis_values(text: str, axis_name: str) -> list[Any]:
         raise ValueError(f"--axis_{axis_name}={text}: an empty value; separate values with single commas")
     dtypes = [DTYPE_NAMES.get(token.lower()) for token in tokens]
     if axis_name == "dtype" and None in dtypes:
-        unknown = [token for token, dtype in zip(tokens, dtypes) if dtype is None]
+        unknown = [token for token, dtype in zip(tokens, dtypes, strict=False) if dtype is None]
         raise ValueError(f"--axis_dtype / --skip_dtype: unknown dtype {', '.join(unknown)}; "
                          f"use {', '.join(sorted(DTYPE_NAMES))}")
     if None not in dtypes:
@@ -153,4 +154,4 @@ def axis_points(axes: list[AxisDef]):
     """Every combination of the axes' values, as ``(name, value)`` pairs in axis order, first axis slowest."""
     names = [a.name for a in axes]
     for values in itertools.product(*(a.values for a in axes)):
-        yield list(zip(names, values))
+        yield list(zip(names, values, strict=False))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from .axes import dtype_name
 from .state import Result
@@ -66,8 +66,8 @@ def _console_table(results: list[Result]) -> list[str]:
         else:
             rows.append([cell(result) for _, cell in columns])
     headers = [name for name, _ in columns]
-    widths = [max(len(text) for text in column) for column in zip(headers, *rows)]
-    return ["  ".join(text.rjust(width) for text, width in zip(row, widths))
+    widths = [max(len(text) for text in column) for column in zip(headers, *rows, strict=False)]
+    return ["  ".join(text.rjust(width) for text, width in zip(row, widths, strict=False))
             for row in [headers, *rows]]
 
 

@@ -42,18 +42,15 @@ example                         result    seconds  note
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import signal
-import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from upstream_programs import HERE, iris_imported_from, last_line, program_env, run_in_own_group
+
 PORT_STRIDE = 37  # rendezvous port offset between examples running at once (--jobs)
 _log_lock = threading.Lock()
 HEAP = str(1 << 30)  # 1 GiB per rank instead of upstream's 2-64 GiB defaults: the problems below are small
@@ -164,7 +161,7 @@ def classify(returncode: int | None, output: str) -> tuple[str, str]:
     if returncode is None:
         return "failed", "timed out"
     if returncode != 0 or failure:
-        line = _line_of(output, failure) if failure else _last_line(output)
+        line = _line_of(output, failure) if failure else last_line(output)
         return "failed", f"exit {returncode}: {line}"
     if not SUCCESS.search(output):
         return "ran, no check", "exited 0; it printed no check's result (upstream's example has none)"
@@ -175,34 +172,8 @@ def _line_of(output: str, match: re.Match) -> str:
     start = output.rfind("\n", 0, match.start()) + 1
     end = output.find("\n", match.end())
     if match.group(0) == "Traceback":  # the exception itself is the traceback's last line
-        return _last_line(output[start:])
+        return last_line(output[start:])
     return output[start:end if end >= 0 else None].strip()[:200]
-
-
-# An exception's line, as a rank prints it (torchrun prefixes "[rank1]: "); torchrun's own ChildFailedError only
-# says that a rank failed, so the first rank's exception is the one that says why.
-EXCEPTION_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([\w.]+\.)?\w*(Error|Exception)\b")
-
-
-def _last_line(output: str) -> str:
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if EXCEPTION_LINE.match(line) and "ChildFailedError" not in line]
-    return (errors[:1] or lines[-1:] or ["(no output)"])[0][:200]
-
-
-def example_env(upstream: Path, share_gpus: bool, port_offset: int = 0) -> dict:
-    """The examples' environment: this project's iris first, then upstream's checkout (for ``examples.common``).
-
-    Upstream's checkout holds its own ``iris`` package too; :func:`main` checks that ours is the one imported.
-    ``share_gpus`` and ``port_offset`` turn on the two changes of ``example_shim/sitecustomize.py``.
-    """
-    ours = Path(__file__).resolve().parents[2]
-    shim = share_gpus or port_offset
-    paths = [str(ours), *([str(HERE / "example_shim")] if shim else []), str(upstream.resolve()),
-             os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(filter(None, paths)))
-    env.update(IRIS_EXAMPLES_SHARE_GPUS="1" if share_gpus else "0", IRIS_EXAMPLES_PORT_OFFSET=str(port_offset))
-    return env
 
 
 def run_one(example: Example, examples: Path, ranks: int, gpus: int, timeout: float, log: Path | None,
@@ -213,21 +184,9 @@ def run_one(example: Example, examples: Path, ranks: int, gpus: int, timeout: fl
     if example.gpus_by_index and gpus < ranks:
         return Outcome(example.script, f"needs {ranks} GPUs", 0.0,
                        f"puts rank r's tensors on cuda:r itself; this machine has {gpus} GPU(s)")
-    env = example_env(examples.parent, share_gpus=gpus < ranks, port_offset=port_offset)
-    begin = time.monotonic()
-    process = subprocess.Popen(example.command(examples, ranks), cwd=examples / Path(example.script).parent, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        output, _ = process.communicate(timeout=timeout)
-        returncode = process.returncode
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)  # the example's own group: its spawned ranks too
-        except ProcessLookupError:  # the group ended between the timeout and the kill
-            pass
-        output, _ = process.communicate()
-        returncode = None
-    seconds = time.monotonic() - begin
+    env = program_env(examples.parent, share_gpus=gpus < ranks, port_offset=port_offset)
+    returncode, output, seconds = run_in_own_group(example.command(examples, ranks),
+                                                   examples / Path(example.script).parent, env, timeout)
     if log is not None:
         with _log_lock, log.open("a") as file:
             file.write(f"===== {example.script} (exit {returncode}, {seconds:.1f} s)\n{output[-LOG_TAIL:]}\n")
@@ -272,10 +231,9 @@ def main(argv=None) -> int:
     gpus = torch.cuda.device_count()
     if gpus == 0:
         parser.error("no CUDA GPU visible: upstream's examples need one (they call torch.cuda)")
-    imported = subprocess.run([sys.executable, "-c", "import iris; print(iris.__file__)"], capture_output=True,
-                              text=True, env=example_env(args.upstream, share_gpus=False), cwd=examples)
-    if Path(__file__).resolve().parents[2] not in Path(imported.stdout.strip() or ".").resolve().parents:
-        parser.error(f"the examples would import iris from {imported.stdout.strip() or imported.stderr[-300:]}, "
+    elsewhere = iris_imported_from(args.upstream, examples)
+    if elsewhere is not None:
+        parser.error(f"the examples would import iris from {elsewhere}, "
                      "not from this project: install it, or run this script from its checkout")
     chosen = [e for e in EXAMPLES if not args.only or any(e.script.startswith(p) for p in args.only.split(","))]
     if args.jobs < 1:
