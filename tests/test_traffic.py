@@ -132,3 +132,59 @@ def test_matrix_from_a_trace_counts_what_events_record():
 def test_iris_names_it():
     assert iris.traffic.record and iris.traffic.TrafficMatrix is TrafficMatrix
     assert iris.traffic.KINDS == ("load", "store", "atomic")
+
+
+PUT_CELL = """
+@triton.jit
+def put_to_next(src, dst, rank: tl.constexpr, world: tl.constexpr, heap_bases, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < 100
+    iris.put(src + offs, dst + offs, rank, (rank + 1) % world, heap_bases, mask=mask)
+
+src = ctx.full((128,), float(rank))
+dst = ctx.zeros(128)
+ctx.barrier()
+put_to_next[(4,)](src, dst, rank, world_size, ctx.get_heap_bases(), BLOCK=32)
+put_to_next[(4,)](src, dst, rank, world_size, ctx.get_heap_bases(), BLOCK=32)
+ctx.barrier()
+"""
+
+
+@pytest.mark.slow
+def test_workbench_cell_with_traffic(monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    import workbench
+    from workbench.report import RankError
+    from workbench.widgets.traffic_view import TrafficView
+
+    shown = []
+    monkeypatch.setattr("workbench.magics.display", shown.append)
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "workbench")
+    shell.run_line_magic("iris", "start -n 2 --backend cpu --heap 16MiB --timeout 120")
+    try:
+        result = shell.run_cell(f"%%iris_kernel --traffic\n{PUT_CELL}", store_history=False)
+        assert result.error_in_exec is None, result.error_in_exec
+        views = [v for v in shown if isinstance(v, TrafficView)]
+        assert len(views) == 1
+        matrix = views[0].matrix
+        put = 100 * LANE  # 100 lanes of 128 unmasked, per launch: read here, written at the next rank
+        assert matrix.kernel == "put_to_next" and matrix.source == "interpreter"
+        assert matrix.bytes[:, :, 1].tolist() == [[0, 2 * put], [2 * put, 0]]
+        assert matrix.bytes[:, :, 0].tolist() == [[2 * put, 0], [0, 2 * put]]
+        bundle = views[0]._repr_mimebundle_()
+        assert "<svg" in bundle["text/html"] and "crossed ranks" in bundle["text/plain"]
+        # the recorder is gone from the ranks once the cell is over (the hang report's observer stays)
+        observers = workbench.current().pull("[type(o).__name__ for o in iris.interpret.access_events._observers]")
+        assert all("TrafficRecorder" not in names for names in observers), observers
+        shown.clear()
+        shell.run_line_magic("iris", f"traffic --launch 0 --need 2*{put}")  # both ranks' shards cross once
+        again = shown[0].matrix
+        assert again.bytes[0, 1, 1] == put and again.ratio() == 1.0 and "1.00× the minimum" in again.to_text()
+        second = workbench.traffic(need=minimum.all_gather(put, 2), launch=1).matrix
+        assert second.bytes[1, 0, 1] == put and "400 B / 400 B (1.00× the minimum)" in second.to_text()
+        with pytest.raises(RankError, match="no launch 5 on every rank"):
+            workbench.traffic(launch=5)
+    finally:
+        workbench.current().stop()

@@ -33,6 +33,8 @@ from __future__ import annotations
 from .cluster import Workbench
 from .report import CellReport, RankError, RankResult, WorkbenchError
 from .shutdown import StopReport
+from .traffic import last_view as _traffic_view  # (before `def traffic` below, which the submodule's import,
+#                                                   done later, would rebind to the module)
 
 _current: Workbench | None = None
 
@@ -123,6 +125,20 @@ def timeline(ranks=None):
     return timeline_view(current(), ranks=ranks)
 
 
+def traffic(need=None, launch=None):
+    """The bytes each rank loaded from, stored to and atomically updated at each rank's heap in the last
+    ``%%iris_kernel --traffic`` cell: a :class:`~workbench.widgets.traffic_view.TrafficView` (heat maps and table).
+
+    ``need``: what the operation must move across ranks, bytes or a matrix of :mod:`iris.traffic.minimum`, shown
+    beside what moved; ``launch``: one launch (0: each rank's first), default all of the cell's.
+
+    Examples
+    --------
+    >>> workbench.traffic(need=iris.traffic.minimum.all_gather(X_local.nbytes, 2), launch=0)   # doctest: +SKIP
+    """
+    return _traffic_view(need, launch)
+
+
 def load_ipython_extension(ipython) -> None:
     """``%load_ext workbench``: register the ``%iris`` and ``%%iris_kernel`` magics."""
     from .magics import IrisMagics
@@ -132,5 +148,5 @@ def load_ipython_extension(ipython) -> None:
 
 __all__ = [
     "CellReport", "RankError", "RankResult", "StopReport", "Workbench", "WorkbenchError",
-    "current", "heap", "load_ipython_extension", "remote", "show", "start", "timeline",
+    "current", "heap", "load_ipython_extension", "remote", "show", "start", "timeline", "traffic",
 ]

@@ -22,6 +22,10 @@ Examples
     %%iris_kernel --trace          # trace the cell's kernels (tracing=True in them), then show the timeline
     ...
     %iris timeline                 # that timeline again; --save trace.json writes it for Perfetto
+
+    %%iris_kernel --traffic        # bytes each rank loaded from, stored to, updated at each heap, shown after
+    ...
+    %iris traffic --launch 0 --need 8192   # that matrix again: one launch, beside what the operation needs
     %iris status
     %iris stop
 """
@@ -38,6 +42,9 @@ from IPython.display import display
 import workbench
 
 from . import races, tracing
+from .traffic import cell_view as traffic_cell_view
+from .traffic import last_view as traffic_last_view
+from .traffic import start_recording as start_traffic_recording
 from .cluster import BACKENDS
 from .hang_report import display_hang
 from .report import render_summaries
@@ -77,6 +84,12 @@ def _iris_parser() -> argparse.ArgumentParser:
     remote.add_argument("--rank", type=int, required=True, help="the rank whose copy every rank reads")
     timeline = commands.add_parser("timeline", help="when each rank did what in the last traced cell (a widget)")
     timeline.add_argument("--save", metavar="FILE", help="also write the merged trace (Perfetto JSON) to FILE")
+    traffic = commands.add_parser("traffic", help="the bytes each rank moved at each heap in the last "
+                                                  "--traffic cell (a widget)")
+    traffic.add_argument("--launch", type=int, default=None, help="one launch (0: each rank's first; default: all)")
+    traffic.add_argument("--need", default=None, metavar="BYTES",
+                         help="the bytes the operation must move across ranks (a Python expression of the notebook, "
+                              "e.g. iris.traffic.minimum.all_gather(4096, 2))")
     return parser
 
 
@@ -94,6 +107,9 @@ def _kernel_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", choices=("races",), default=None,
                         help="check the cell's kernels for data races (CPU backend; the checker stays on) and show "
                              "the races after it, or say there were none")
+    parser.add_argument("--traffic", action="store_true",
+                        help="count the bytes each rank's launches loaded from, stored to and atomically updated at "
+                             "each heap (CPU: exact; CUDA: from tracing) and show the matrix after the cell")
     return parser
 
 
@@ -133,7 +149,7 @@ class IrisMagics(Magics):
         """Manage and look at the ranks: ``%iris start -n N [--backend auto|cpu|cuda] [--heap SIZE]
         [--engines LAUNCHER] [--timeout S] [--check races]``, ``%iris stop``, ``%iris restart``, ``%iris status``,
         ``%iris heap``, ``%iris show NAME [--reduction mean|maxabs]``, ``%iris remote NAME --rank R``,
-        ``%iris timeline [--save FILE]``."""
+        ``%iris timeline [--save FILE]``, ``%iris traffic [--launch K] [--need BYTES]``."""
         args = _iris_parser().parse_args(shlex.split(line))
         if args.command == "start":
             wb = workbench.start(n=args.n, backend=args.backend, heap_size=args.heap, engines=args.engines,
@@ -161,6 +177,18 @@ class IrisMagics(Magics):
             if args.save:
                 print(f"wrote the merged trace to {args.save}: open it at https://ui.perfetto.dev")
             display(view)
+        elif args.command == "traffic":
+            display(traffic_last_view(self._need(args.need), args.launch))
+
+    def _need(self, text):
+        """``--need``: bytes or a (world, world) matrix, evaluated in the notebook's namespace."""
+        if text is None:
+            return None
+        try:
+            return eval(text, self.shell.user_ns)
+        except Exception as exc:
+            raise UsageError(f"%iris traffic --need {text!r}: {type(exc).__name__}: {exc}; give a number of bytes "
+                             "or an expression of the notebook's, e.g. iris.traffic.minimum.all_gather(4096, 2)")
 
     @cell_magic
     def iris_kernel(self, line: str, cell: str):
@@ -169,7 +197,8 @@ class IrisMagics(Magics):
         ``IrisDeviceCtx`` and ``TraceEvent``. Ranks still running after ``--timeout`` seconds are interrupted.
         ``--trace`` captures the events of the cell's traced kernels and shows the timeline after the cell;
         ``--check races`` checks its kernels for data races and shows them (so does every cell of ranks started
-        with ``--check races``, when there are some)."""
+        with ``--check races``, when there are some); ``--traffic`` counts the bytes its launches moved at each
+        rank's heap and shows the matrix after the cell."""
         args = _kernel_parser().parse_args(shlex.split(line))
         if args.max_events is not None and not args.trace:
             raise UsageError("%%iris_kernel: --max-events sizes the trace buffers of --trace: add --trace")
@@ -182,17 +211,23 @@ class IrisMagics(Magics):
         if args.check == "races" and wb.check != "races":
             races.start_checking(wb)
             wb.check = "races"
+        if args.traffic:
+            start_traffic_recording(wb, ranks=ranks)
         # One blank line stands for the magic's own line, so tracebacks count lines as the notebook does.
         report = wb.run(cell, ranks=ranks, timeout=args.timeout, line_offset=1)
         display_hang(report)  # a timed-out cell's hang report: where each rank was (HTML table, text fallback)
         # Races first: a race may be why the cell failed. Not after a timeout or a death: ranks are not idle.
-        if wb.check == "races" and all(r.status in ("ok", "error") for r in report.results.values()):
+        idle = all(r.status in ("ok", "error") for r in report.results.values())
+        if wb.check == "races" and idle:
             found = races.cell_races(wb)
             if found or args.check:
                 display(found)
+        traffic_view = traffic_cell_view(wb, ranks=ranks) if args.traffic and idle else None
         report.raise_on_failure()
         print(report.render())
         if args.show:
             show_variables(wb, args.show, ranks)
         if args.trace:
             display(tracing.timeline_view(wb, ranks=ranks))
+        if traffic_view is not None:
+            display(traffic_view)

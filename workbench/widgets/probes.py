@@ -178,3 +178,29 @@ def take_races() -> dict:
     races = [dataclasses.replace(race, allocation=", ".join(names[race.offset]))
              if race.allocation.startswith("alloc@") and race.offset in names else race for race in ctx.races()]
     return {"status": "ok", "rank": rank, "races": races}
+
+
+_traffic_recorder = None  # this rank's recorder of the last %%iris_kernel --traffic cell (iris.traffic)
+
+
+def start_traffic() -> dict:
+    """Record this rank's traffic from now on (``iris.traffic.record``), ending a recording still running."""
+    global _traffic_recorder
+    import iris
+
+    if _traffic_recorder is not None:
+        _traffic_recorder.stop()
+    _traffic_recorder = iris.traffic.record(_namespace()["ctx"]).start()
+    return {"rank": _namespace().get("rank"), "source": _traffic_recorder.source}
+
+
+def stop_traffic() -> dict:
+    """End this rank's recording and answer its launches (``iris.traffic.LaunchTraffic``, numpy inside);
+    ``status`` ``"missing"`` when this rank recorded nothing (the cell ran on other ranks)."""
+    rank = _namespace().get("rank")
+    if _traffic_recorder is None:
+        return {"status": "missing", "rank": rank, "launches": [],
+                "message": "no traffic recorded: run a cell with %%iris_kernel --traffic"}
+    _traffic_recorder.stop()
+    return {"status": "ok", "rank": rank, "launches": _traffic_recorder.launches,
+            "source": _traffic_recorder.source, "dropped_events": _traffic_recorder.dropped_events}

@@ -1,0 +1,114 @@
+"""TrafficView: the traffic matrix of a cell as heat maps (issuing rank x heap, per kind, and what crossed from
+rank to rank) above its table (:meth:`iris.traffic.TrafficMatrix.to_html`).
+
+The heat maps are SVG built here, so the same picture is the widget's and the static form's (:mod:`.static`);
+hover a cell for its bytes (and, with a minimum, moved / needed). The view's ``text/plain`` is the matrix as
+text.
+
+Examples
+--------
+>>> view = TrafficView(matrix.with_minimum(iris.traffic.minimum.all_gather(nbytes, 2)))   # doctest: +SKIP
+>>> print(view.summary())                                                                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import html
+
+import ipywidgets as widgets
+import numpy as np
+
+from iris.sizes import format_size
+from iris.traffic import KINDS, TrafficMatrix
+
+from .static import StaticForm
+
+COLOURS = {"load": (78, 121, 167), "store": (89, 161, 79), "atomic": (242, 142, 43), "crossed ranks": (192, 57, 43)}
+PANEL_SIDE = 180  # pixels of a panel's grid, whatever the number of ranks
+LABEL = 46  # room for the row labels
+
+
+class TrafficView(StaticForm, widgets.VBox):
+    """A :class:`~iris.traffic.TrafficMatrix` as heat maps and a table.
+
+    Parameters
+    ----------
+    matrix : iris.traffic.TrafficMatrix
+    note : str
+        A line under the header (e.g. that CUDA counts come from tracing).
+
+    Attributes
+    ----------
+    matrix : iris.traffic.TrafficMatrix
+    chart : ipywidgets.HTML
+        The heat maps (SVG).
+    table : ipywidgets.HTML
+        The matrix's HTML tables.
+    """
+
+    def __init__(self, matrix: TrafficMatrix, note: str = ""):
+        self.matrix = matrix
+        self.note = note
+        note_html = f"<div style='font-size:12px;color:#555'>{html.escape(note)}</div>" if note else ""
+        self.header = widgets.HTML(f"<b>{html.escape(matrix.headline())}</b>{note_html}")
+        self.chart = widgets.HTML(heat_maps_svg(matrix))
+        self.table = widgets.HTML(matrix.to_html())
+        super().__init__([self.header, self.chart, self.table])
+        self.add_class("iris-traffic-view")
+
+    def summary(self) -> str:
+        """The matrix as text (:meth:`iris.traffic.TrafficMatrix.to_text`), after the note."""
+        return (f"{self.note}\n" if self.note else "") + self.matrix.to_text()
+
+
+def heat_maps_svg(matrix: TrafficMatrix) -> str:
+    """One heat map per kind (rows: issuing rank, columns: heap) and one of what crossed from rank to rank,
+    side by side, as an SVG element; each panel shaded against its own largest cell.
+
+    Examples
+    --------
+    >>> from iris.traffic import LaunchTraffic
+    >>> heat_maps_svg(TrafficMatrix.from_launches([[LaunchTraffic.empty("k", 0, 1)]]))[:4]
+    '<svg'
+    """
+    world = matrix.world
+    panels = [(kind, matrix.bytes[..., k], "issuer", "heap") for k, kind in enumerate(KINDS)]
+    panels.append(("crossed ranks", matrix.crossing(), "from", "to"))
+    cell = PANEL_SIDE / world
+    panel_width = LABEL + PANEL_SIDE + 16
+    height = 34 + PANEL_SIDE + 8
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{panel_width * len(panels)}' height='{height}' "
+             "font-size='10' font-family='sans-serif'>"]
+    for p, (title, values, rows, columns) in enumerate(panels):
+        left = p * panel_width + LABEL
+        parts.append(f"<text x='{left}' y='12' font-weight='bold'>{html.escape(title)}</text>"
+                     f"<text x='{left}' y='26' fill='#555'>{rows} ↓ · {columns} →</text>")
+        biggest = max(int(values.max(initial=0)), 1)
+        red, green, blue = COLOURS[title]
+        for i in range(world):
+            y = 34 + i * cell
+            if cell >= 12:
+                parts.append(f"<text x='{left - 4}' y='{y + cell / 2 + 3:.1f}' text-anchor='end'>{rows[0]}{i}</text>")
+            for j in range(world):
+                value = int(values[i, j])
+                alpha = 0.08 + 0.85 * value / biggest if value else 0.0
+                tip = _tip(matrix, title, i, j, value)
+                parts.append(f"<rect x='{left + j * cell:.1f}' y='{y:.1f}' width='{cell:.1f}' height='{cell:.1f}' "
+                             f"fill='rgba({red},{green},{blue},{alpha:.2f})' stroke='#ddd' stroke-width='0.5'>"
+                             f"<title>{html.escape(tip)}</title></rect>")
+                if cell >= 44 and value:
+                    parts.append(f"<text x='{left + (j + 0.5) * cell:.1f}' y='{y + cell / 2 + 3:.1f}' "
+                                 f"text-anchor='middle'>{html.escape(format_size(value))}</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _tip(matrix: TrafficMatrix, title: str, i: int, j: int, value: int) -> str:
+    if title != "crossed ranks":
+        return f"rank {i}: {title} {format_size(value)} at rank {j}'s heap"
+    if i == j:
+        return f"rank {i} to itself: nothing crosses"
+    tip = f"rank {i} → rank {j}: {format_size(value)}"
+    if matrix.minimum is not None and np.ndim(matrix.minimum) == 2:
+        tip += f" moved, {format_size(int(matrix.minimum[i, j]))} needed"
+    return tip
