@@ -99,6 +99,57 @@ def test_gpu_only_candidate_on_cpu(refusals):
 
 
 def test_not_callable(refusals):
-    for rank, messages in enumerate(refusals):
-        assert f"rank {rank}: candidate 'fine' is a str, not a callable" in messages["not callable"]
+    for messages in refusals:
+        assert ("rank 0: candidate 'fine' is a str, not a callable; rank 1: candidate 'fine' is a str, not a "
+                "callable") in messages["not callable"]
 
+
+
+# -- the bench view, on real engines ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    import workbench
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "workbench")
+    ip.run_line_magic("iris", "start -n 2 --backend cpu --heap 16MiB --timeout 120")
+    result = ip.run_cell("%%iris_kernel\nx = ctx.zeros(1024)\nadd_one = lambda: x.add_(1)\n"
+                         "only_on_zero = (lambda: x.mul_(1.0)) if rank == 0 else None", store_history=False)
+    assert result.error_in_exec is None, result.error_in_exec
+    yield ip
+    workbench.current().stop()
+
+
+@pytest.mark.slow
+def test_bench_view_static_form_holds_table_and_picture(shell, monkeypatch):
+    import workbench
+
+    shown = []
+    monkeypatch.setattr("workbench.magics.display", shown.append)
+    result = shell.run_cell('%iris bench add=add_one "scale=lambda: x.mul_(1.0)" --bytes 2*4*1024',
+                            store_history=False)
+    assert result.error_in_exec is None, result.error_in_exec
+    view = shown[-1]
+    assert [r.label for r in view.report.results] == ["add", "scale"]
+    assert all(r.mode == "interpreter" and r.gbs > 0 for r in view.report.results)
+    bundle = view._repr_mimebundle_()
+    static = bundle["text/html"]
+    assert "<table class='iris-bench-table'>" in static and "lambda: x.mul_(1.0)" in static
+    assert '<img src="data:image/png;base64,' in static and "no hardware roofline" in static
+    assert bundle["text/plain"].startswith("BenchView of 2 candidates on 2 ranks (Triton interpreter)")
+    # The candidates ran on both ranks: x counted the adds.
+    assert workbench.current().pull("bool((x > 0).all())") == [True, True]
+
+
+@pytest.mark.slow
+def test_bench_names_the_rank_that_lacks_a_candidate(shell):
+    import workbench
+    from workbench import RankError
+
+    with pytest.raises(RankError, match=r"rank 1: candidate 'half' is a NoneType, not a callable"):
+        workbench.bench({"half": "only_on_zero"})
+    with pytest.raises(TypeError, match="are not expressions"):
+        workbench.bench({"f": lambda: None})

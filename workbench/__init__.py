@@ -125,6 +125,24 @@ def timeline(ranks=None):
     return timeline_view(current(), ranks=ranks)
 
 
+def bench(candidates, flops=None, bytes=None, peer_bytes=None, **options):  # noqa: A002
+    """Time callables on every rank in step and show how far each is from the GPU: a
+    :class:`~workbench.widgets.roofline_view.BenchView` (table, roofline, times; static form included).
+
+    ``candidates`` maps a label to an expression each rank evaluates to a zero-argument callable; ``flops``,
+    ``bytes`` and ``peer_bytes`` are one call's work. See :func:`workbench.bench_view.bench` and
+    :func:`iris.perf.compare`.
+
+    Examples
+    --------
+    >>> workbench.bench({"iris": "lambda: ctx.ccl.all_reduce(out, inp)", "NCCL": "nccl_all_reduce"},
+    ...                 bytes=2 * inp.nbytes)                                # doctest: +SKIP
+    """
+    from .bench_view import bench as bench_on_ranks
+
+    return bench_on_ranks(candidates, flops, bytes, peer_bytes, **options)
+
+
 def traffic(need=None, launch=None):
     """The bytes each rank loaded from, stored to and atomically updated at each rank's heap in the last
     ``%%iris_kernel --traffic`` cell: a :class:`~workbench.widgets.traffic_view.TrafficView` (heat maps and table).
@@ -148,5 +166,5 @@ def load_ipython_extension(ipython) -> None:
 
 __all__ = [
     "CellReport", "RankError", "RankResult", "StopReport", "Workbench", "WorkbenchError",
-    "current", "heap", "load_ipython_extension", "remote", "show", "start", "timeline", "traffic",
+    "bench", "current", "heap", "load_ipython_extension", "remote", "show", "start", "timeline", "traffic",
 ]

@@ -1,5 +1,5 @@
-"""The ``%iris`` line magic (start, stop, restart, status, heap, show, remote, timeline) and the ``%%iris_kernel``
-cell magic.
+"""The ``%iris`` line magic (start, stop, restart, status, heap, show, remote, bench, timeline) and the
+``%%iris_kernel`` cell magic.
 
 Examples
 --------
@@ -15,6 +15,7 @@ Examples
     %iris show out                 # every rank's out, side by side
     %iris remote out --rank 1      # rank 1's out as every rank reads it through ctx.as_remote
     %iris heap                     # every rank's heap, allocations named after variables
+    %iris bench mine=launch "nccl=lambda: dist.all_reduce(x)" --bytes 2*4096   # times, roofline (a widget)
 
     %%iris_kernel --check races    # check the cell's kernels for data races (CPU backend), show what was found
     ...
@@ -82,6 +83,18 @@ def _iris_parser() -> argparse.ArgumentParser:
     remote = commands.add_parser("remote", help="a rank's copy of a tensor read through ctx.as_remote (a widget)")
     remote.add_argument("name", help="a variable naming a tensor on the symmetric heap")
     remote.add_argument("--rank", type=int, required=True, help="the rank whose copy every rank reads")
+    bench = commands.add_parser("bench", help="time callables on every rank, with the roofline (a widget)")
+    bench.add_argument("candidates", nargs="+", metavar="LABEL=EXPR",
+                       help="a label and an expression each rank evaluates to a zero-argument callable "
+                            "(quote it when it has spaces: \"nccl=lambda: dist.all_reduce(x)\"); EXPR alone is "
+                            "its own label")
+    for flag, text in (("--flops", "floating-point operations of one call"),
+                       ("--bytes", "bytes of memory traffic of one call"),
+                       ("--peer-bytes", "bytes one call sends over each peer link")):
+        bench.add_argument(flag, help=text + " (a Python expression of the notebook, e.g. 2*4096**3)")
+    bench.add_argument("--graph", choices=("auto", "on", "off"), default="auto",
+                       help="CUDA-graph replays where the calls can be captured (auto), always (on) or never (off)")
+    bench.add_argument("--timeout", type=float, default=None, help="seconds before the ranks are interrupted")
     timeline = commands.add_parser("timeline", help="when each rank did what in the last traced cell (a widget)")
     timeline.add_argument("--save", metavar="FILE", help="also write the merged trace (Perfetto JSON) to FILE")
     traffic = commands.add_parser("traffic", help="the bytes each rank moved at each heap in the last "
@@ -149,6 +162,7 @@ class IrisMagics(Magics):
         """Manage and look at the ranks: ``%iris start -n N [--backend auto|cpu|cuda] [--heap SIZE]
         [--engines LAUNCHER] [--timeout S] [--check races]``, ``%iris stop``, ``%iris restart``, ``%iris status``,
         ``%iris heap``, ``%iris show NAME [--reduction mean|maxabs]``, ``%iris remote NAME --rank R``,
+        ``%iris bench LABEL=EXPR ... [--flops F] [--bytes B] [--peer-bytes P] [--graph auto|on|off]``,
         ``%iris timeline [--save FILE]``, ``%iris traffic [--launch K] [--need BYTES]``."""
         args = _iris_parser().parse_args(shlex.split(line))
         if args.command == "start":
@@ -172,6 +186,8 @@ class IrisMagics(Magics):
             display(workbench.show(args.name, reduction=args.reduction))
         elif args.command == "remote":
             display(workbench.remote(args.name, args.rank))
+        elif args.command == "bench":
+            display(self._bench(args))
         elif args.command == "timeline":
             view = tracing.timeline_view(wb, filename=args.save)
             if args.save:
@@ -179,6 +195,27 @@ class IrisMagics(Magics):
             display(view)
         elif args.command == "traffic":
             display(traffic_last_view(self._need(args.need), args.launch))
+
+    def _bench(self, args):
+        """``%iris bench``'s view: LABEL=EXPR pairs, the work's numbers evaluated in the notebook's namespace."""
+        candidates = {}
+        for item in args.candidates:
+            label, equals, expression = item.partition("=")
+            # "x==y" or "f(a=1)" carry no label: an "=" of a comparison or inside brackets is the expression's.
+            if not equals or not label.strip() or expression.startswith("=") or any(c in label for c in "([{'\""):
+                label, expression = item, item
+            candidates[label.strip()] = expression.strip()
+        work = {}
+        for name in ("flops", "bytes", "peer_bytes"):
+            text = getattr(args, name)
+            if text is not None:
+                try:
+                    work[name] = int(eval(text, self.shell.user_ns))
+                except Exception as exc:
+                    raise UsageError(f"%iris bench --{name.replace('_', '-')} {text!r}: {type(exc).__name__}: "
+                                     f"{exc}; give a number or an expression of the notebook's") from None
+        return workbench.bench(candidates, **work, graph={"auto": "auto", "on": True, "off": False}[args.graph],
+                               timeout=args.timeout)
 
     def _need(self, text):
         """``--need``: bytes or a (world, world) matrix, evaluated in the notebook's namespace."""

@@ -198,10 +198,11 @@ def compare(ctx, candidates: dict, flops=None, bytes=None, peer_bytes=None, grap
     _check_same_everywhere(ctx, group, {
         "labels": list(candidates), **work, "graph": graph, "dtype": str(dtype), "preamble": preamble is not None,
         "n_repeat": n_repeat, "n_warmup": n_warmup})
-    for label, fn in candidates.items():
-        if not callable(fn):
-            raise PerfError(f"rank {ctx.cur_rank}: candidate {label!r} is a {type(fn).__name__}, not a callable: "
-                            "pass a zero-argument function, e.g. lambda: kernel[grid](...)")
+    not_callable = {label: type(fn).__name__ for label, fn in candidates.items() if not callable(fn)}
+    said = [f"rank {rank}: candidate {label!r} is a {kind}, not a callable"
+            for rank, theirs in enumerate(everyone(not_callable, group)) for label, kind in theirs.items()]
+    if said:  # raised on every rank, so that none waits in the first call for one that stopped
+        raise PerfError("; ".join(said) + ": pass zero-argument functions, e.g. lambda: kernel[grid](...)")
     notes = []
     on_gpu = ctx.backend == "cuda"
     if on_gpu:

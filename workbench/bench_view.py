@@ -1,0 +1,115 @@
+"""``workbench.bench``: time callables on every rank in step from one cell, and see how far each is from the GPU.
+
+The candidates are expressions each rank evaluates in its own namespace (a callable's name, or a lambda); every
+rank runs :func:`iris.perf.compare` on them together (iris measures), and the notebook draws the report
+(:class:`~workbench.widgets.roofline_view.BenchView`: a table, the roofline and the times, with a static form).
+A rank that hangs in a candidate is handled as a cell that hangs: interrupted at the timeout, and said where.
+
+Examples
+--------
+>>> workbench.bench({"mine": "lambda: ag_gemm(out, A, B)", "torch + NCCL": "torch_ag_gemm"},
+...                 flops=2 * M * N * K, bytes=2 * (M * K + K * N + M * N))     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from .hang_report import display_hang
+
+REPORT_NAME = "_iris_bench_report"  # where each rank keeps its last report (the view reads it from there)
+OPTIONS = ("graph", "n_warmup", "n_repeat", "preamble", "dtype", "measure_ceilings", "allow_shared_gpu")
+
+
+def bench(candidates, flops=None, bytes=None, peer_bytes=None, *, timeout: float | None = None,  # noqa: A002
+          **options):
+    """Time ``candidates`` on every rank of the current workbench and show the report.
+
+    Parameters
+    ----------
+    candidates : dict or list
+        Label -> expression evaluated in each rank's namespace to a zero-argument callable
+        (``"my_launch"``, ``"lambda: ctx.ccl.all_reduce(out, inp)"``); a list of expressions labels each by itself.
+    flops, bytes, peer_bytes : int or dict, optional
+        The work of one call (per rank): floating-point operations, bytes of memory traffic, bytes over each peer
+        link; one number for all candidates or a dict by label. What TFLOP/s, GB/s and the roofline need.
+    timeout : float, optional
+        Seconds before the ranks are interrupted (default: the workbench's cell timeout). The first call on GPUs
+        also measures the machine's ceilings (a few seconds).
+    **options
+        ``graph`` ("auto", True, False), ``n_warmup``, ``n_repeat``, ``preamble`` (an expression, evaluated
+        like a candidate), ``dtype`` (a torch dtype's name, e.g. "float16"; default bfloat16),
+        ``measure_ceilings``, ``allow_shared_gpu``: see :func:`iris.perf.compare`.
+
+    Returns
+    -------
+    BenchView
+        The table and the pictures, live and static (``view.report`` is the :class:`iris.perf.PerfReport`).
+
+    Examples
+    --------
+    >>> view = workbench.bench(["lambda: x.add_(1)"], bytes=2 * 4 * 1024)     # doctest: +SKIP
+    >>> view.report.results[0].mode                                           # doctest: +SKIP
+    'interpreter'
+    """
+    import workbench
+
+    from .widgets.roofline_view import BenchView
+
+    expressions = _expressions(candidates)
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"workbench.bench got {unknown}: the options are {list(OPTIONS)}")
+    wb = workbench.current()
+    call = (f"from workbench.bench_view import measure_on_rank as _iris_measure_on_rank\n"
+            f"{REPORT_NAME} = _iris_measure_on_rank({expressions!r}, {flops!r}, {bytes!r}, {peer_bytes!r}, "
+            f"{options!r})\n")
+    report = wb.run(call, timeout=timeout)
+    display_hang(report)
+    report.raise_on_failure()
+    return BenchView(wb.pull(REPORT_NAME, ranks=[0])[0], expressions)
+
+
+def _expressions(candidates) -> dict:
+    """{label: expression} from a dict or a list of expressions; a clear error for anything else."""
+    if isinstance(candidates, (list, tuple)):
+        candidates = {expression: expression for expression in candidates}
+    if not isinstance(candidates, dict) or not candidates:
+        raise TypeError("workbench.bench: candidates are a dict label -> expression (or a list of expressions), "
+                        f"evaluated on every rank; got {candidates!r}")
+    bad = {label: e for label, e in candidates.items() if not isinstance(e, str)}
+    if bad:
+        raise TypeError(f"workbench.bench: candidates {sorted(bad)} are not expressions (strings): each rank "
+                        "evaluates them in its own namespace, e.g. {'mine': 'lambda: kernel[grid](x, y)'}")
+    return {str(label): expression for label, expression in candidates.items()}
+
+
+def measure_on_rank(expressions: dict, flops, nbytes, peer_bytes, options: dict):
+    """Inside each rank: evaluate the candidates (and ``preamble``) and run :func:`iris.perf.compare` on them.
+
+    Collective: a name missing or an expression failing on some rank is raised on every rank, naming them.
+    """
+    import torch
+
+    import iris
+    from iris.perf.replay import everyone
+
+    from .widgets.probes import lookup
+
+    ctx = lookup("ctx")["value"]
+    found = {label: lookup(expression) for label, expression in expressions.items()}
+    preamble = lookup(options["preamble"]) if options.get("preamble") is not None else None
+    failures = {label: f["message"] for label, f in found.items() if f["status"] != "ok"}
+    if preamble is not None and preamble["status"] != "ok":
+        failures["preamble="] = preamble["message"]
+    all_failures = [(rank, f) for rank, f in enumerate(everyone(failures, ctx.group.group)) if f]
+    if all_failures:
+        said = "; ".join(f"rank {rank}: " + ", ".join(f"{label!r}: {message}" for label, message in f.items())
+                         for rank, f in all_failures)
+        raise iris.perf.PerfError(f"candidates that could not be evaluated: {said}. Define them in a "
+                                  "%%iris_kernel cell first (every rank runs it)")
+    options = dict(options)
+    if preamble is not None:
+        options["preamble"] = preamble["value"]
+    if "dtype" in options:
+        options["dtype"] = getattr(torch, options["dtype"])
+    return iris.perf.compare(ctx, {label: f["value"] for label, f in found.items()}, flops, nbytes, peer_bytes,
+                             **options)

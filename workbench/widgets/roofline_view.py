@@ -1,0 +1,134 @@
+"""BenchView: what :func:`iris.perf.compare` measured, drawn: a table, the roofline with each candidate on it, and
+the times of every rank.
+
+The roofline is log-log, arithmetic intensity (flops per byte of memory traffic) against TFLOP/s: the spec
+sheet's roof solid, the roof measured on the spot dashed, each candidate a point where it declared both flops and
+bytes. Beside it, each candidate's time: a bar for the slowest rank, a tick per rank. On the CPU backend there is
+no roof to draw, and the times are the interpreter's: the view says so.
+
+Examples
+--------
+>>> view = workbench.bench({"mine": "mine", "NCCL": "nccl"}, bytes=2 * n * 2)     # doctest: +SKIP
+>>> view.report["mine"].of_measured                                             # doctest: +SKIP
+{'memory': 0.81}
+"""
+
+from __future__ import annotations
+
+import html
+import io
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+from .static import StaticForm
+
+DPI = 90
+COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")
+ROOF_STYLES = {"measured": "--"}  # the spec roof solid, the measured one dashed
+
+
+class BenchView(StaticForm, widgets.VBox):
+    """A :class:`iris.perf.PerfReport` as a header, a table and a picture (all in the static form too).
+
+    Parameters
+    ----------
+    report : iris.perf.PerfReport
+    expressions : dict
+        Label -> the expression each rank evaluated (shown in the table).
+
+    Examples
+    --------
+    >>> view = BenchView(report, {"mine": "lambda: mine()"})       # doctest: +SKIP
+    """
+
+    def __init__(self, report, expressions: dict):
+        self.report = report
+        self.expressions = expressions
+        picture = widgets.Image(value=draw(report), format="png")
+        picture.alt = alt_text(report)
+        super().__init__([widgets.HTML(header(report)), widgets.HTML(table(report, expressions)), picture])
+        self.add_class("iris-bench-view")
+
+    def summary(self) -> str:
+        fastest = min(self.report.results, key=lambda r: r.time_us)
+        return (f"BenchView of {len(self.report.results)} candidates on {self.report.num_ranks} ranks "
+                f"({self.report.device}); fastest: {fastest.label} {fastest.time_us:.1f} µs")
+
+
+def header(report) -> str:
+    notes = "".join(f"<li>{html.escape(note)}</li>" for note in report.notes)
+    return (f"<b>bench</b>: {report.num_ranks} ranks, {html.escape(report.backend)} "
+            f"({html.escape(report.device)}), {report.dtype}; time per call of the slowest rank"
+            + (f"<ul style='margin:2px 0'>{notes}</ul>" if notes else ""))
+
+
+def _cell(value, fmt: str = "{:.3g}") -> str:
+    return "–" if value is None else fmt.format(value)
+
+
+def _shares(shares: dict) -> str:
+    """'roof 83% · memory 80%': each known share, the roofline's first."""
+    order = ("roof", "compute", "memory", "peer")
+    return " · ".join(f"{key} {shares[key]:.0%}" for key in order if key in shares) or "–"
+
+
+def table(report, expressions: dict) -> str:
+    """The report as an HTML table: one row per candidate."""
+    heads = ("candidate", "µs (slowest rank)", "per rank µs", "timed", "TFLOP/s", "GB/s", "peer GB/s",
+             "flop/byte", "of spec", "of measured")
+    rows = []
+    for r in report.results:
+        timed = r.mode + (f" ({html.escape(r.why)})" if r.why else "")
+        rows.append([
+            f"<b>{html.escape(r.label)}</b><br><code>{html.escape(expressions.get(r.label, ''))}</code>",
+            f"{r.time_us:.1f}", " / ".join(f"{us:.1f}" for us in r.per_rank_us), timed, _cell(r.tflops),
+            _cell(r.gbs), _cell(r.peer_gbs), _cell(r.intensity), _shares(r.of_spec), _shares(r.of_measured)])
+    head = "".join(f"<th style='text-align:left;padding:2px 8px'>{h}</th>" for h in heads)
+    body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table class='iris-bench-table'><tr>{head}</tr>{body}</table>"
+
+
+def alt_text(report) -> str:
+    return "; ".join(f"{r.label}: {r.time_us:.1f} µs" for r in report.results)
+
+
+def draw(report) -> bytes:
+    """PNG: the roofline (where there is a roof) and the times per candidate."""
+    roofs = report.roofs()
+    figure = Figure(figsize=(10.5 if roofs else 5.5, 3.6), dpi=DPI)
+    if roofs:
+        _roofline(figure.add_axes((0.07, 0.14, 0.4, 0.76)), report, roofs)
+    _times(figure.add_axes((0.62, 0.14, 0.35, 0.76) if roofs else (0.3, 0.14, 0.65, 0.76)), report)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()
+
+
+def _roofline(axes, report, roofs) -> None:
+    placed = [r for r in report.results if r.intensity is not None and r.tflops is not None]
+    low = min([r.intensity for r in placed] + [roof.ridge for roof in roofs] + [1.0]) / 4
+    high = max([r.intensity for r in placed] + [roof.ridge for roof in roofs]) * 4
+    xs = [low * (high / low) ** (i / 200) for i in range(201)]
+    for roof in roofs:
+        axes.plot(xs, [roof.attainable(x) for x in xs], color="black", linestyle=ROOF_STYLES.get(roof.label, "-"),
+                  label=f"{roof.label}: {roof.peak_tflops:.0f} TFLOP/s, {roof.bandwidth_gbs:.0f} GB/s")
+    for index, r in enumerate(report.results):  # each candidate's colour as in the time bars
+        if r not in placed:
+            continue
+        axes.plot([r.intensity], [r.tflops], "o", color=COLOURS[index % len(COLOURS)], label=r.label)
+    axes.set(xscale="log", yscale="log", xlabel="flops per byte of memory traffic", ylabel="TFLOP/s")
+    axes.set_title("roofline" + ("" if placed else " (declare flops and bytes to place candidates)"), fontsize=9)
+    axes.legend(fontsize=7, loc="lower right")
+
+
+def _times(axes, report) -> None:
+    results = list(report.results)
+    positions = range(len(results))
+    axes.barh(positions, [r.time_us for r in results], color=[COLOURS[i % len(COLOURS)] for i in positions])
+    for position, r in zip(positions, results, strict=True):
+        axes.plot(r.per_rank_us, [position] * len(r.per_rank_us), "|", color="black", markersize=12)
+    axes.set_yticks(list(positions), [f"{r.label} ({r.mode})" for r in results], fontsize=8)
+    axes.invert_yaxis()
+    axes.set_xlabel("µs per call: bar the slowest rank, ticks each rank")
+    axes.set_title("time" + (" (Triton interpreter)" if report.backend != "cuda" else ""), fontsize=9)
