@@ -70,3 +70,68 @@ def bad_input() -> dict:
     refused("not callable", {"fine": "x.add_(1)"})
     ctx.barrier()
     return messages
+
+
+# -- on GPUs (tests/gpu/test_perf_cuda.py) -------------------------------------------------------------
+
+def ceilings_on_gpu() -> dict:
+    """The ceilings measured here, beside the spec sheet of this GPU; whether a second call was cached."""
+    ctx = iris.iris("1GiB", backend="cuda")
+    first = iris.perf.ceilings.measure(ctx)
+    cached = iris.perf.ceilings.measure(ctx) is first
+    fresh = iris.perf.ceilings.measure(ctx, again=True) is not first
+    spec = iris.perf.specs.find(torch.cuda.get_device_name(ctx.get_device()))
+    ctx.barrier()
+    return {"matmul_tflops": first.matmul_tflops, "copy_gbs": first.copy_gbs, "peer_gbs": first.peer_gbs,
+            "links": sorted(first.links), "peer_bytes": first.peer_bytes, "cached": cached, "fresh": fresh,
+            "spec": None if spec is None else [spec.peak("bf16"), spec.hbm_gbs, spec.peer_gbs]}
+
+
+def graph_and_eager_on_gpu() -> dict:
+    """A capturable matmul and collective (graph), one that synchronises (eager, and why), with a preamble,
+    and graph=True refused for the one that cannot be captured."""
+    ctx = iris.iris("1GiB", backend="cuda")
+    side = 2048
+    a, b = (torch.randn(side, side, device=ctx.get_device(), dtype=torch.bfloat16) for _ in range(2))
+    out = torch.empty_like(a)
+    inp, reduced = ctx.ones(1 << 20, dtype=torch.bfloat16), ctx.zeros(1 << 20, dtype=torch.bfloat16)
+
+    def synchronising():
+        torch.mm(a, b, out=out)
+        torch.cuda.synchronize()  # not allowed while a stream is captured
+
+    mm_work = {"flops": 2 * side ** 3, "bytes": 3 * 2 * side ** 2}
+    report = iris.perf.compare(ctx, {"mm": lambda: torch.mm(a, b, out=out), "mm + sync": synchronising,
+                                     "all_reduce": lambda: ctx.ccl.all_reduce(reduced, inp)},
+                               flops={"mm": mm_work["flops"], "mm + sync": mm_work["flops"]},
+                               bytes={"mm": mm_work["bytes"], "mm + sync": mm_work["bytes"],
+                                      "all_reduce": 2 * inp.nbytes},
+                               peer_bytes={"all_reduce": inp.nbytes})
+    with_preamble = iris.perf.compare(ctx, {"mm": lambda: torch.mm(a, b, out=out)}, preamble=lambda: out.zero_(),
+                                      n_repeat=5, measure_ceilings=False)
+    try:
+        iris.perf.compare(ctx, {"mm + sync": synchronising}, graph=True, measure_ceilings=False)
+        strict = None
+    except PerfError as exc:
+        strict = str(exc)
+    ctx.barrier()
+    rows = {r.label: {"mode": r.mode, "why": r.why, "time_us": r.time_us, "of_spec": r.of_spec,
+                      "of_measured": r.of_measured, "tflops": r.tflops} for r in report.results}
+    return {"rows": rows, "roofs": [roof.label for roof in report.roofs()], "text": str(report),
+            "preamble_mode": with_preamble.results[0].mode, "strict": strict,
+            "sum_ok": bool((reduced.float() == ctx.num_ranks).all())}
+
+
+def shared_gpu_refused() -> dict:
+    """Ranks on one GPU: compare refuses, and with allow_shared_gpu=True it times and says the times mean nothing."""
+    ctx = iris.iris("256MiB", backend="cuda")
+    x = torch.zeros(1024, device=ctx.get_device())
+    try:
+        iris.perf.compare(ctx, {"add": lambda: x.add_(1)})
+        refused = None
+    except PerfError as exc:
+        refused = str(exc)
+    allowed = iris.perf.compare(ctx, {"add": lambda: x.add_(1)}, allow_shared_gpu=True)
+    ctx.barrier()
+    return {"refused": refused, "notes": list(allowed.notes), "mode": allowed.results[0].mode,
+            "ceilings": allowed.ceilings is not None}

@@ -319,7 +319,7 @@ def _time_with_preamble(ctx, group, label, fn, graph, n_warmup, n_repeat, preamb
     ms = do_bench(fn if whys else replay, barrier_fn=ctx.barrier, preamble_fn=preamble, n_warmup=n_warmup,
                   n_repeat=n_repeat or 20, return_mode="median")
     per_rank = tuple(t * 1e3 for t in everyone(ms, group))
-    why_eager = "; ".join(f"rank {rank}: {w}" for rank, w in whys) or None
+    why_eager = (why if graph is False else "; ".join(f"rank {rank}: {w}" for rank, w in whys)) if whys else None
     return ReplayTiming(max(per_rank), per_rank, not whys, why_eager), "eager" if whys else "graph"
 
 
