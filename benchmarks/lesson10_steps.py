@@ -70,11 +70,11 @@ def gemm_only(A, B, out, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, 
 def sweep_configs() -> dict:
     """{name: GemmAllReduce keywords}: the launch configurations a measurement chooses among."""
     configs = {}
-    for block_n, block_k, stages, warps in itertools.product((32, 64), (128, 256), (3, 4), (4, 8)):
+    for block_n, block_k, stages, warps in itertools.product((32, 64), (128, 256), (3, 4), (2, 4, 8)):
         if block_n * block_k * stages > 64 * 256 * 3:
             continue  # more shared memory than an SM has at M = 64 (A's and B's tiles, each stage)
         configs[f"n{block_n} k{block_k} s{stages} w{warps}"] = dict(
-            block_n=block_n, block_k=block_k, num_stages=stages, num_warps=warps, vector=True)
+            block_n=block_n, block_k=block_k, num_stages=stages, num_warps=warps, wide=True)
     return configs
 
 
