@@ -91,8 +91,8 @@ def _as_json(matrix) -> dict:
 
 def hand_counted(check: str = "none"):
     """Both APIs, at the peer on the right and at this rank's own heap: one launch each; then every launch's
-    matrix, all launches' sum, and whether the observer is gone (after the block, and after a block that
-    raised)."""
+    matrix, all launches' sum, whether the observer is gone (after the block, and after a block that
+    raised), and the error for a launch only rank 0 made."""
     ctx = iris.iris("8MiB", backend=BACKEND, check=check)
     buffers = _buffers(ctx)
     rank, world = ctx.cur_rank, ctx.num_ranks
@@ -116,23 +116,40 @@ def hand_counted(check: str = "none"):
     matrices = [_as_json(rec.matrix(launch=k)) for k in range(len(rec.launches))]
     every_launch = _as_json(rec.matrix())
     races = len(ctx.races()) if check == "races" else None
+    with iris.traffic.record(ctx) as only_rank_0:  # rec.matrix(launch=K) for a launch only rank 0 made
+        if rank == 0:
+            _launch(ctx, "device_context", buffers, rank)
+    try:
+        only_rank_0.matrix(launch=0)
+        missing = "no error"
+    except IndexError as error:
+        missing = str(error)
     ctx.barrier()
-    return {"matrices": matrices, "all": every_launch, "observer_removed": observer_removed,
+    return {"missing_launch": missing, "matrices": matrices, "all": every_launch, "observer_removed": observer_removed,
             "removed_after_error": removed_after_error, "launches_after": counted_after,
             "text": rec.matrix(launch=0).with_minimum(iris.traffic.minimum.all_gather(VALID * 4, world)).to_text(),
             "races": races}
 
 
-def missing_launch():
-    """rec.matrix(launch=K) for a launch only rank 0 made: a clear error on every rank."""
-    ctx = iris.iris("8MiB", backend=BACKEND)
-    buffers = _buffers(ctx)
+def lesson13_ag_gemm(directory: str):
+    """Lesson 13's first all-gather + GEMM kernel (``sequence_parallel.AllGatherGemm``, written from the lesson's
+    cells into ``directory``) at the lesson's sizes, one call recorded; its matrix beside an all-gather's need."""
+    import sys
+
+    sys.path.insert(0, directory)
+    import sequence_parallel
+
+    ctx = iris.iris("16MiB", backend=BACKEND)
+    m, hidden, width = 64, 32, 128
+    m_local, w_local = m // ctx.num_ranks, width // ctx.num_ranks
+    X_local = ctx.zeros(m_local, hidden, name="X_local")
+    X_local.copy_(torch.randn(m_local, hidden, generator=torch.Generator().manual_seed(ctx.cur_rank)))
+    W1_local = torch.randn(hidden, w_local, generator=torch.Generator().manual_seed(7))
+    Y = torch.zeros(m, w_local)
+    all_gather_gemm = sequence_parallel.AllGatherGemm(ctx, m, hidden, w_local, block_m=16, block_n=32, block_k=16)
     with iris.traffic.record(ctx) as rec:
-        if ctx.cur_rank == 0:
-            _launch(ctx, "device_context", buffers, ctx.cur_rank)
-    try:
-        rec.matrix(launch=0)
-    except IndexError as error:
-        message = str(error)
+        all_gather_gemm(Y, X_local, W1_local, trace=False)
+    need = iris.traffic.minimum.all_gather(X_local.nbytes, ctx.num_ranks)
+    matrix = rec.matrix(launch=0).with_minimum(need)
     ctx.barrier()
-    return {"message": message}
+    return {**_as_json(matrix), "ratio": matrix.ratio(), "needed": matrix.needed(), "text": matrix.to_text()}
