@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import statistics
-from dataclasses import dataclass, field
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from .axes import NUM_RANKS, AxisDef, axis_points, dtype_name, effective_values
@@ -43,6 +46,7 @@ class RunPlan:
     n_warmup: int = 25
     n_repeat: int = 100
     benchmark_filter: str | None = None
+    first_failure_file: str | None = None  # set by run_worker_group: where the first rank to fail says why
 
     def selects(self, benchmark: BenchmarkDef) -> bool:
         """Whether ``--benchmark_filter`` (a regular expression searched in the name) keeps ``benchmark``."""
@@ -176,6 +180,10 @@ def _worker(benchmarks: list[BenchmarkDef], plan: RunPlan) -> list[Result]:
         ctx = _make_context(plan.heap_size, plan.use_gluon)
         results = run_benchmarks(ctx, benchmarks, plan, default_num_ranks=DEFAULT_NUM_RANKS)
         ctx.barrier()
+    except Exception as error:
+        _claim_first_failure(plan.first_failure_file, error if isinstance(error, BenchmarkError) else
+                             BenchmarkError(f"rank {rank}: {type(error).__name__}: {error}"))
+        raise
     finally:
         # Also when a benchmark raised: a process that exits with gloo's groups alive aborts (SIGABRT) and
         # buries the error under a crash report.
@@ -191,8 +199,24 @@ def group_sizes(benchmarks: list[BenchmarkDef], plan: RunPlan) -> list[int]:
     return sorted(sizes)
 
 
+def _claim_first_failure(path: str | None, error: BenchmarkError) -> None:
+    """Write ``error`` to ``path`` unless a rank did first.
+
+    The first rank to fail writes before its connections close; the peers it leaves waiting fail only after
+    that (gloo: "Connection reset by peer"), so the file names the cause, not its echoes.
+    """
+    if path is None:
+        return
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(descriptor, "w") as file:
+        file.write(str(error))
+
+
 def _first_failure_message(failure) -> str:
-    """The exception line of the rank that failed first (the others were ended because of it)."""
+    """The exception line of the rank that failed first, as torch's launcher reports it (when no rank could say)."""
     rank, process = min(failure.failures.items(), key=lambda item: item[1].timestamp)
     message = process.message
     if isinstance(message, dict):
@@ -216,11 +240,17 @@ def run_worker_group(benchmarks: list[BenchmarkDef], plan: RunPlan, num_ranks: i
 
     if num_ranks < 1:
         raise ValueError(f"num_ranks={num_ranks}: a worker group needs at least one rank")
+    workdir = tempfile.mkdtemp(prefix="iris-bench-")
+    plan = replace(plan, first_failure_file=os.path.join(workdir, "first-failure"))
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=num_ranks, rdzv_backend="c10d",
                           rdzv_endpoint="127.0.0.1:0", max_restarts=0,  # port 0: the rendezvous takes a free one
                           run_id=f"iris-bench-{os.getpid()}-{num_ranks}")
     try:
         per_rank = elastic_launch(config, _worker)(benchmarks, plan)
     except ChildFailedError as failure:
-        raise BenchmarkError(f"the {num_ranks}-rank worker group failed: {_first_failure_message(failure)}") from None
+        first = Path(plan.first_failure_file)
+        cause = first.read_text() if first.exists() else _first_failure_message(failure)
+        raise BenchmarkError(f"the {num_ranks}-rank worker group failed: {cause}") from None
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     return per_rank[0]
