@@ -73,7 +73,18 @@ def test_upstream_names_are_our_objects():
     assert SymmetricHeap is iris.heap.SymmetricHeap and atomic_add is iris.atomic_add
     assert TritonContext is iris.Context is iris.DeviceContext is iris.TritonContext
     assert GluonContext is iris.gluon.Context is iris.gluon.IrisDeviceCtx
-    assert {"Context", "do_bench", "hip", "experimental", "get_device_id_for_rank"} <= set(iris.__all__)
+    assert {"Context", "do_bench", "hip", "experimental", "get_device_id_for_rank", "bench"} <= set(iris.__all__)
+
+
+def test_iris_bench_has_upstreams_names():
+    """Upstream's benchmark programs use iris.bench by these names (its __all__ at abd3f2ad); tests/test_bench.py
+    checks what they do."""
+    upstream_names = {"AxisDef", "BenchmarkDef", "Result", "State", "axis", "linear_range", "main", "power_of_two",
+                      "register"}
+    assert upstream_names <= set(iris.bench.__all__) and all(hasattr(iris.bench, name) for name in upstream_names)
+    state_methods = ("__getitem__", "get", "set_bytes", "set_flops", "add_counter", "set_warmup", "set_repeat", "exec",
+                     "skip")
+    assert all(callable(getattr(iris.bench.State, name, None)) for name in state_methods)
 
 
 def test_upstream_documented_classes_are_ours():
