@@ -131,6 +131,22 @@ def hand_counted(check: str = "none"):
             "races": races}
 
 
+def traced_counts():
+    """all_ops traced (``tracing=True``) at the peer on the right, counted from the trace (``source="trace"``, the
+    default on CUDA): every rank's matrix; an untraced launch in the same block counts nothing."""
+    ctx = iris.iris("8MiB", backend=BACKEND)
+    buffers = _buffers(ctx)
+    right = (ctx.cur_rank + 1) % ctx.num_ranks
+    with iris.traffic.record(ctx, source="trace") as rec:
+        _launch(ctx, "device_context", buffers, right, trace=True)
+        _launch(ctx, "device_context", buffers, right, trace=False)
+        ctx.barrier()
+    matrix = rec.matrix()
+    ctx.barrier()
+    return {**_as_json(matrix), "source": matrix.source, "launches": len(rec.launches),
+            "dropped": rec.dropped_events}
+
+
 def lesson13_ag_gemm(directory: str):
     """Lesson 13's first all-gather + GEMM kernel (``sequence_parallel.AllGatherGemm``, written from the lesson's
     cells into ``directory``) at the lesson's sizes, one call recorded; its matrix beside an all-gather's need."""

@@ -206,3 +206,29 @@ def test_lesson_13_first_kernel_sends_each_tile_once(tmp_path):
     assert 1.0 <= first["ratio"] < 1.01
     for rank in range(WORLD):  # every column tile reads all of A, gathered rows and own rows, from its own heap
         assert first["bytes"][rank][rank][0] >= n_tiles * WORLD * shard
+
+
+def traced_hand_count() -> dict:
+    """What the trace of one all_ops launch at the right peer records, per program (times GRID): each operation
+    once, at the rank its event names, its payload the lanes not masked off; a copy at its destination (so
+    ``copy(target -> own)`` is a store at the own heap), the atomic_sub under its own name."""
+    expected = np.zeros((WORLD, WORLD, 3), dtype=np.int64)
+    ops = {}
+    for rank in range(WORLD):
+        target = (rank + 1) % WORLD
+        expected[rank, target] = [2 * MASKED * GRID, 3 * MASKED * GRID, (8 * MASKED + BLOCK * LANE) * GRID]
+        expected[rank, rank, 1] = MASKED * GRID
+        for name in ("add", "sub", "xchg", "and", "or", "xor", "min", "max", "cas"):
+            counts = ops.setdefault(f"atomic_{name}", np.zeros((WORLD, WORLD), dtype=np.int64))
+            counts[rank, target] = (BLOCK * LANE if name == "cas" else MASKED) * GRID
+    return {"bytes": expected.tolist(), "atomic_ops": {name: c.tolist() for name, c in ops.items()}}
+
+
+def test_counted_from_a_real_trace_equals_the_hand_count():
+    """The GPU path (iris.traffic.from_trace) on the CPU's real trace: what a GPU run would report."""
+    results = run_ranks(WORLD, f"{CASES}:traced_counts")
+    want = traced_hand_count()
+    for result in results:
+        assert result["source"] == "trace" and result["launches"] == 1 and result["dropped"] == 0
+        assert result["kernel"] == "traced kernels (all launches)"
+        assert result["bytes"] == want["bytes"] and result["atomic_ops"] == want["atomic_ops"]

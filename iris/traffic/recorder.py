@@ -9,7 +9,8 @@ race checker: each atomic is performed once, inside both.
 On the CUDA backend there is no interpreter to watch: the recorder captures device tracing (``ctx.tracing``:
 enabled if it is not, else reset) and reads the events back on exit (:mod:`.from_trace`). It then counts only
 the operations of kernels whose device context is initialised with ``tracing=True``, and only their remote
-side (see :mod:`.from_trace`), all launches of the block as one.
+side (see :mod:`.from_trace`), all launches of the block as one. ``record(ctx, source="trace")`` counts that
+way on the CPU too: what a GPU run of the same kernels would report.
 
 Examples
 --------
@@ -27,18 +28,26 @@ import numpy as np
 from ..interpret import access_events
 from .from_trace import traced_launches
 from .launch import LaunchTraffic, kind_index
-from .matrix import TrafficMatrix
+from .matrix import SOURCES, TrafficMatrix
 
 TRACE_CAPACITY = 1_000_000  # events per rank when the recorder enables tracing itself (upstream's default)
 
 
-def record(ctx) -> "TrafficRecorder":
+def record(ctx, source: str | None = None) -> "TrafficRecorder":
     """A recorder of this rank's traffic in ``ctx``'s heaps, for a ``with`` block (every rank records its own).
 
     Parameters
     ----------
     ctx : iris.Iris
         The context whose symmetric heaps are watched.
+    source : {None, "interpreter", "trace"}
+        How to count: None picks ``"interpreter"`` (exact) on the CPU backend and ``"trace"`` on CUDA;
+        ``"trace"`` on the CPU shows what a GPU run would report.
+
+    Raises
+    ------
+    ValueError
+        For an unknown source, or ``"interpreter"`` on a backend that runs no interpreter.
 
     Examples
     --------
@@ -46,7 +55,7 @@ def record(ctx) -> "TrafficRecorder":
     ...     all_gather_kernel[(grid,)](...)
     >>> m = rec.matrix()                            # doctest: +SKIP
     """
-    return TrafficRecorder(ctx)
+    return TrafficRecorder(ctx, source)
 
 
 class TrafficRecorder:
@@ -62,10 +71,15 @@ class TrafficRecorder:
         On CUDA, the events the trace buffers had no room for (their bytes are missing); 0 on the CPU.
     """
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, source: str | None = None):
         self.ctx = ctx
         self.rank, self.world = ctx.cur_rank, ctx.num_ranks
-        self.source = "interpreter" if ctx.backend == "cpu" else "trace"
+        self.source = source or ("interpreter" if ctx.backend == "cpu" else "trace")
+        if self.source not in SOURCES:
+            raise ValueError(f"rank {self.rank}: traffic source {self.source!r}: use 'interpreter' or 'trace'")
+        if self.source == "interpreter" and ctx.backend != "cpu":
+            raise ValueError(f"rank {self.rank}: traffic source 'interpreter' needs the CPU backend (this context's "
+                             f"is {ctx.backend}): on GPUs the count comes from tracing, source='trace' (the default)")
         self.launches: list[LaunchTraffic] = []
         self.recording = False
         self.dropped_events = 0
