@@ -35,8 +35,11 @@ def compare_on_cpu() -> dict:
     }
     report = iris.perf.compare(ctx, candidates, flops={"torch add": n}, bytes=2 * 4 * n,
                                peer_bytes={"put kernel": 4 * n}, n_repeat=3, n_warmup=1)
+    as_benchmark = iris.perf.run_benchmark(ctx, candidates, flops={"torch add": n}, bytes=2 * 4 * n, n_warmup=0,
+                                           n_repeat=2)
     ctx.barrier()
     return {"report": _plain(dataclasses.asdict(report)), "text": str(report),
+            "as_benchmark": _plain(dataclasses.asdict(as_benchmark)),
             "dst_first": dst[0].item(), "out_first": out[0].item()}
 
 

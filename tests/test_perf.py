@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from iris.perf import Roof, roofline, specs
+from iris.perf import Roof, as_benchmark, roofline, specs
 
 from .multirank import run_ranks
 
@@ -52,8 +52,13 @@ def test_roofline_arithmetic():
     assert roofline.share_of_roof(20.0, roof, 10.0) == 0.5
 
 
-def test_compare_on_cpu_ranks():
-    results = run_ranks(2, f"{CASES}:compare_on_cpu", timeout=240)
+@pytest.fixture(scope="module")
+def cpu_compare():
+    return run_ranks(2, f"{CASES}:compare_on_cpu", timeout=240)
+
+
+def test_compare_on_cpu_ranks(cpu_compare):
+    results = cpu_compare
     for rank, result in enumerate(results):
         report = result["report"]
         assert report["backend"] == "cpu" and report["num_ranks"] == 2 and report["ceilings"] is None
@@ -72,6 +77,22 @@ def test_compare_on_cpu_ranks():
         assert result["dst_first"] == float((rank - 1) % 2) and result["out_first"] == 2.0
     # Collective: both ranks report the same (slowest-rank) times.
     assert results[0]["report"]["results"] == results[1]["report"]["results"]
+
+
+def test_compare_runs_as_an_iris_bench_benchmark(cpu_compare):
+    import iris.bench
+
+    fn = as_benchmark({"a": lambda: None, "b": lambda: None}, flops={"a": 10}, bytes=64, peer_bytes=8)
+    state = iris.bench.State({"candidate": "a"}, n_warmup=0, n_repeat=1)
+    fn(state, None)
+    assert (state._flops, state._bytes, state._counters) == (10, 64, {"peer_bytes": 8})
+    assert iris.bench.BenchmarkDef.of(fn).axes[0].values == ["a", "b"]
+    # On two ranks, through iris.bench.run_benchmarks: the same rows, timed by upstream's protocol.
+    for result in cpu_compare:
+        report = result["as_benchmark"]
+        assert [r["label"] for r in report["results"]] == ["torch add", "put kernel", "ccl all_reduce"]
+        assert all(r["mode"] == "interpreter" and r["time_us"] == max(r["per_rank_us"]) for r in report["results"])
+        assert report["results"][0]["tflops"] > 0 and any("iris.bench" in note for note in report["notes"])
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +163,9 @@ def test_bench_view_static_form_holds_table_and_picture(shell, monkeypatch):
     assert bundle["text/plain"].startswith("BenchView of 2 candidates on 2 ranks (Triton interpreter)")
     # The candidates ran on both ranks: x counted the adds.
     assert workbench.current().pull("bool((x > 0).all())") == [True, True]
+    # The same, as an iris.bench benchmark inside the cluster.
+    view = workbench.bench({"add": "add_one"}, bytes=8192, runner="iris.bench", n_warmup=0, n_repeat=2)
+    assert view.report.results[0].gbs > 0 and "iris.bench" in view._repr_mimebundle_()["text/html"]
 
 
 @pytest.mark.slow

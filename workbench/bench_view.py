@@ -16,7 +16,8 @@ from __future__ import annotations
 from .hang_report import display_hang
 
 REPORT_NAME = "_iris_bench_report"  # where each rank keeps its last report (the view reads it from there)
-OPTIONS = ("graph", "n_warmup", "n_repeat", "preamble", "dtype", "measure_ceilings", "allow_shared_gpu")
+OPTIONS = ("graph", "n_warmup", "n_repeat", "preamble", "dtype", "measure_ceilings", "allow_shared_gpu", "runner")
+RUNNERS = ("compare", "iris.bench")
 
 
 def bench(candidates, flops=None, bytes=None, peer_bytes=None, *, timeout: float | None = None,  # noqa: A002
@@ -37,7 +38,9 @@ def bench(candidates, flops=None, bytes=None, peer_bytes=None, *, timeout: float
     **options
         ``graph`` ("auto", True, False), ``n_warmup``, ``n_repeat``, ``preamble`` (an expression, evaluated
         like a candidate), ``dtype`` (a torch dtype's name, e.g. "float16"; default bfloat16),
-        ``measure_ceilings``, ``allow_shared_gpu``: see :func:`iris.perf.compare`.
+        ``measure_ceilings``, ``allow_shared_gpu``: see :func:`iris.perf.compare`; ``runner="iris.bench"`` times
+        the same candidates as an :mod:`iris.bench` benchmark instead (:func:`iris.perf.run_benchmark`: upstream's
+        protocol, each call on its own; no ``graph`` or ``preamble`` there).
 
     Returns
     -------
@@ -58,6 +61,10 @@ def bench(candidates, flops=None, bytes=None, peer_bytes=None, *, timeout: float
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise TypeError(f"workbench.bench got {unknown}: the options are {list(OPTIONS)}")
+    runner = options.get("runner", "compare")
+    if runner not in RUNNERS or runner == "iris.bench" and {"graph", "preamble"} & set(options):
+        raise TypeError(f"workbench.bench: runner={runner!r}: use one of {list(RUNNERS)} (graph= and preamble= go "
+                        "with 'compare' only)")
     wb = workbench.current()
     call = (f"from workbench.bench_view import measure_on_rank as _iris_measure_on_rank\n"
             f"{REPORT_NAME} = _iris_measure_on_rank({expressions!r}, {flops!r}, {bytes!r}, {peer_bytes!r}, "
@@ -111,5 +118,5 @@ def measure_on_rank(expressions: dict, flops, nbytes, peer_bytes, options: dict)
         options["preamble"] = preamble["value"]
     if "dtype" in options:
         options["dtype"] = getattr(torch, options["dtype"])
-    return iris.perf.compare(ctx, {label: f["value"] for label, f in found.items()}, flops, nbytes, peer_bytes,
-                             **options)
+    measure = iris.perf.run_benchmark if options.pop("runner", "compare") == "iris.bench" else iris.perf.compare
+    return measure(ctx, {label: f["value"] for label, f in found.items()}, flops, nbytes, peer_bytes, **options)

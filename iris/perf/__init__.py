@@ -5,7 +5,8 @@
 - :mod:`specs`: the spec sheet of the common data-centre GPUs (:func:`specs.find`);
 - :mod:`ceilings`: what this machine reaches now (:func:`ceilings.measure`: cuBLAS matmul, device copy, peer copy);
 - :mod:`roofline`: ``attainable = min(peak, intensity x bandwidth)``;
-- :func:`replay_time`: the CUDA-graph timer the benchmarks and :func:`compare` share.
+- :func:`replay_time`: the CUDA-graph timer the benchmarks and :func:`compare` share;
+- :func:`as_benchmark` / :func:`run_benchmark`: the same candidates as an :mod:`iris.bench` benchmark.
 
 The workbench draws what this package measures (``workbench.bench``).
 
@@ -18,6 +19,7 @@ Examples
 """
 
 from . import ceilings, roofline, specs
+from .benchmark import as_benchmark, run_benchmark
 from .ceilings import Ceilings
 from .compare import CandidateResult, PerfReport, compare
 from .errors import PerfError
@@ -25,5 +27,5 @@ from .replay import ReplayTiming, replay_time
 from .roofline import Roof
 from .specs import GpuSpec
 
-__all__ = ["CandidateResult", "Ceilings", "GpuSpec", "PerfError", "PerfReport", "ReplayTiming", "Roof", "ceilings",
-           "compare", "replay_time", "roofline", "specs"]
+__all__ = ["CandidateResult", "Ceilings", "GpuSpec", "PerfError", "PerfReport", "ReplayTiming", "Roof",
+           "as_benchmark", "ceilings", "compare", "replay_time", "roofline", "run_benchmark", "specs"]

@@ -33,7 +33,7 @@ from .placement import shared_groups, sharing_message, this_gpu
 from .replay import TIMED_MS, ReplayTiming, capture, everyone, replay_time
 from .roofline import Roof, intensity, share_of_roof
 
-GRAPH_US = 200.0  # calls per graph: enough that one replay lasts about this long (graph launch amortised) ...
+GRAPH_US = 1000.0  # calls per graph: enough that one replay lasts about this long (graph launch amortised) ...
 MAX_CALLS = 20  # ... up to this many
 CPU_REPEAT = 5  # timed calls per candidate on the interpreter (seconds each for a large kernel)
 GPU_ERROR = re.compile(r"cuda|nccl|\bgpu\b", re.IGNORECASE)
@@ -193,9 +193,9 @@ def compare(ctx, candidates: dict, flops=None, bytes=None, peer_bytes=None, grap
         raise PerfError(f"rank {ctx.cur_rank}: candidates must be a non-empty dict label -> callable, "
                         f"got {type(candidates).__name__}")
     group = ctx.group.group
-    work = {name: _per_label(value, candidates, name, ctx.cur_rank)
+    work = {name: per_label(value, candidates, name, ctx.cur_rank)
             for name, value in (("flops", flops), ("bytes", bytes), ("peer_bytes", peer_bytes))}
-    _check_same_everywhere(ctx, group, {
+    check_same_everywhere(ctx, group, {
         "labels": list(candidates), **work, "graph": graph, "dtype": str(dtype), "preamble": preamble is not None,
         "n_repeat": n_repeat, "n_warmup": n_warmup})
     not_callable = {label: type(fn).__name__ for label, fn in candidates.items() if not callable(fn)}
@@ -203,49 +203,56 @@ def compare(ctx, candidates: dict, flops=None, bytes=None, peer_bytes=None, grap
             for rank, theirs in enumerate(everyone(not_callable, group)) for label, kind in theirs.items()]
     if said:  # raised on every rank, so that none waits in the first call for one that stopped
         raise PerfError("; ".join(said) + ": pass zero-argument functions, e.g. lambda: kernel[grid](...)")
-    notes = []
-    on_gpu = ctx.backend == "cuda"
-    if on_gpu:
-        shared = shared_groups(everyone(this_gpu(ctx), group))
-        if shared and not allow_shared_gpu:
-            raise PerfError(f"rank {ctx.cur_rank}: " + sharing_message(shared, "timing"))
-        if shared:
-            notes.append(sharing_message(shared, "times are not meaningful").split(". Start")[0])
-        device = torch.cuda.get_device_name(ctx.get_device())
-        spec = specs.find(device)
-        if spec is None:
-            notes.append(f"no spec sheet for {device}: shares are of the measured ceilings only")
-        ceilings = (ceilings_module.measure(ctx, dtype) if measure_ceilings and not shared and
-                    dtype in (torch.bfloat16, torch.float16, torch.float32) else None)
-        if ceilings is not None:
-            notes.append(ceilings.describe())
-    else:
-        device, spec, ceilings = "Triton interpreter", None, None
-        notes.append("CPU backend: times are the Triton interpreter's (each program run in turn on the CPU), "
-                     "not a GPU's; no hardware roofline")
+    device, spec, ceilings, notes = roofs_here(ctx, group, dtype, measure_ceilings, allow_shared_gpu)
     results = []
     for label, fn in candidates.items():
-        _first_call(ctx, group, label, fn, preamble)
-        timing, mode = _time(ctx, group, label, fn, on_gpu, graph, n_warmup, n_repeat, preamble, timed_ms)
-        results.append(_judge(label, timing, mode, {k: v[label] for k, v in work.items()}, spec, ceilings, dtype))
+        first_call(ctx, group, label, fn, preamble)
+        timing, mode = _time(ctx, group, label, fn, ctx.backend == "cuda", graph, n_warmup, n_repeat, preamble,
+                             timed_ms)
+        results.append(judge(label, timing, mode, {k: v[label] for k, v in work.items()}, spec, ceilings, dtype))
     return PerfReport(ctx.backend, device, ctx.num_ranks, str(dtype).removeprefix("torch."), tuple(results),
                       spec, ceilings, tuple(notes))
 
 
-def _per_label(value, candidates: dict, name: str, rank: int) -> dict:
-    """{label: number or None} from one number for all candidates or a dict by label."""
+def roofs_here(ctx, group, dtype, measure_ceilings: bool, allow_shared_gpu: bool):
+    """(device name, spec or None, ceilings or None, notes) of this machine; refuses ranks sharing a GPU unless
+    allowed. Collective."""
+    if ctx.backend != "cuda":
+        return "Triton interpreter", None, None, [
+            "CPU backend: times are the Triton interpreter's (each program run in turn on the CPU), not a GPU's; "
+            "no hardware roofline"]
+    notes = []
+    shared = shared_groups(everyone(this_gpu(ctx), group))
+    if shared and not allow_shared_gpu:
+        raise PerfError(f"rank {ctx.cur_rank}: " + sharing_message(shared, "timing"))
+    if shared:
+        notes.append(sharing_message(shared, "times are not meaningful").split(". Start")[0])
+    device = torch.cuda.get_device_name(ctx.get_device())
+    spec = specs.find(device)
+    if spec is None:
+        notes.append(f"no spec sheet for {device}: shares are of the measured ceilings only")
+    ceilings = (ceilings_module.measure(ctx, dtype) if measure_ceilings and not shared and
+                dtype in (torch.bfloat16, torch.float16, torch.float32) else None)
+    if ceilings is not None:
+        notes.append(ceilings.describe())
+    return device, spec, ceilings, notes
+
+
+def per_label(value, candidates: dict, name: str, rank: int | None = None) -> dict:
+    """{label: number or None} from one number for all candidates or a dict by label (errors name ``rank``)."""
+    where = "" if rank is None else f"rank {rank}: "
     if isinstance(value, dict):
         unknown = set(value) - set(candidates)
         if unknown:
-            raise PerfError(f"rank {rank}: {name} names {sorted(unknown)}, which are not candidates "
+            raise PerfError(f"{where}{name} names {sorted(unknown)}, which are not candidates "
                             f"({list(candidates)})")
         return {label: value.get(label) for label in candidates}
     if value is not None and (not isinstance(value, (int, float)) or value < 0):
-        raise PerfError(f"rank {rank}: {name}={value!r}: give a number >= 0 (per call), or a dict label -> number")
+        raise PerfError(f"{where}{name}={value!r}: give a number >= 0 (per call), or a dict label -> number")
     return dict.fromkeys(candidates, value)
 
 
-def _check_same_everywhere(ctx, group, mine: dict) -> None:
+def check_same_everywhere(ctx, group, mine: dict) -> None:
     """Raise on every rank, naming the first rank and field that differ from rank 0's."""
     all_ranks = everyone(mine, group)
     for rank, theirs in enumerate(all_ranks):
@@ -256,7 +263,7 @@ def _check_same_everywhere(ctx, group, mine: dict) -> None:
                                 "numbers (it is a collective)")
 
 
-def _first_call(ctx, group, label: str, fn, preamble) -> None:
+def first_call(ctx, group, label: str, fn, preamble) -> None:
     """Call ``fn`` once on every rank (compiling what it launches); raise on every rank if it failed on any."""
     ctx.barrier()
     error = None
@@ -323,7 +330,7 @@ def _time_with_preamble(ctx, group, label, fn, graph, n_warmup, n_repeat, preamb
     return ReplayTiming(max(per_rank), per_rank, not whys, why_eager), "eager" if whys else "graph"
 
 
-def _judge(label, timing: ReplayTiming, mode, work: dict, spec, ceilings, dtype) -> CandidateResult:
+def judge(label, timing: ReplayTiming, mode, work: dict, spec, ceilings, dtype) -> CandidateResult:
     """Throughputs from the declared work, and their shares of the spec and measured roofs."""
     seconds = timing.us * 1e-6
     tflops = work["flops"] / seconds / 1e12 if work["flops"] is not None else None
