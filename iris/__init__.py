@@ -33,6 +33,7 @@ _activate_interpreter_if_cpu()
 from . import ccl, experimental, hip, ops, tensor_creation, upstream_layout  # noqa: E402
 from . import bench  # noqa: E402  (upstream Iris's benchmark API)
 from . import traffic  # noqa: E402
+from . import perf  # noqa: E402  (timing against the GPU's roofs: iris.perf.compare)
 from . import launch_options as _launch_options  # noqa: E402
 from . import warp_width as _warp_width  # noqa: E402
 from .checking import Race, RaceWarning  # noqa: E402
@@ -70,7 +71,7 @@ _warp_width.install()  # Gluon layouts for AMD's 64-wide warps compiled for NVID
 __all__ = [
     "DEBUG", "ERROR", "INFO", "WARNING", "AllocationDivergence", "Iris", "ccl", "iris", "logger", "ops",
     "set_logger_level", "tensor_creation", "TraceEvent", "Race", "RaceWarning", "do_bench", "hip", "experimental",
-    "get_device_id_for_rank", "bench", "traffic",
+    "get_device_id_for_rank", "bench", "traffic", "perf",
     # device API (iris.device); the Gluon context is iris.gluon.IrisDeviceCtx; upstream's names for the two
     "GluonContext", "TritonContext",
     "Context", "DeviceContext", "IrisDebugError", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min",
