@@ -106,12 +106,19 @@ def parse_command_line(argv: list[str] | None, benchmarks) -> tuple[RunPlan, arg
     return plan, args
 
 
-def _backend_note() -> str:
-    """A line saying what the times are when they are not a GPU's, else empty."""
+def _timing_note(group_sizes: list[int]) -> str:
+    """A line saying what the times are when they are not one GPU's per rank, else empty."""
+    import torch
+
     from iris.backend import choose_backend
 
     if choose_backend(None) == "cpu":
         return "Note: CPU backend: times are the Triton interpreter's on this machine's CPU, not a GPU's.\n"
+    gpus = torch.cuda.device_count()
+    shared = [size for size in group_sizes if size > gpus]
+    if shared:
+        return (f"Note: {gpus} GPU(s) here: in the {', '.join(map(str, shared))}-rank groups ranks share GPUs, so "
+                "those times are not one GPU per rank's.\n")
     return ""
 
 
@@ -144,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
             failure = error
             break  # as upstream: a failed group ends the run
     output = format_results(results, args.benchmark_format)
-    note = _backend_note()
+    note = _timing_note(sizes)
     if note:
         # Console output carries the note itself; JSON and CSV stay parseable, so it goes to stderr there.
         print(note, end="", file=sys.stdout if args.benchmark_format == "console" else sys.stderr)
