@@ -30,7 +30,7 @@ def test_spec_found_from_device_name(device, part):
     spec = specs.find(device)
     assert spec.name == part
     # Dense figures: the tensor-core bf16 peak is at least the fp32 one, and fp16 matches bf16 on these parts.
-    assert spec.peak("bf16") >= spec.peak("fp32") and spec.peak("fp16") == spec.peak("bf16")
+    assert spec.peak("bf16") >= (spec.peak("fp32") or 0) and spec.peak("fp16") == spec.peak("bf16")
     assert spec.hbm_gbs > spec.peer_gbs > 0 and spec.sm_count > 0
 
 

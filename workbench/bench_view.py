@@ -61,6 +61,9 @@ def bench(candidates, flops=None, bytes=None, peer_bytes=None, *, timeout: float
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise TypeError(f"workbench.bench got {unknown}: the options are {list(OPTIONS)}")
+    if not isinstance(options.get("preamble", ""), str):
+        raise TypeError("workbench.bench: preamble= is an expression (a string) each rank evaluates to a callable, "
+                        f"like the candidates; got {options['preamble']!r}")
     runner = options.get("runner", "compare")
     if runner not in RUNNERS or runner == "iris.bench" and {"graph", "preamble"} & set(options):
         raise TypeError(f"workbench.bench: runner={runner!r}: use one of {list(RUNNERS)} (graph= and preamble= go "
@@ -116,7 +119,7 @@ def measure_on_rank(expressions: dict, flops, nbytes, peer_bytes, options: dict)
     options = dict(options)
     if preamble is not None:
         options["preamble"] = preamble["value"]
-    if "dtype" in options:
-        options["dtype"] = getattr(torch, options["dtype"])
+    if "dtype" in options:  # a name, or a torch dtype (its repr evaluated on the rank)
+        options["dtype"] = getattr(torch, str(options["dtype"]).removeprefix("torch."))
     measure = iris.perf.run_benchmark if options.pop("runner", "compare") == "iris.bench" else iris.perf.compare
     return measure(ctx, {label: f["value"] for label, f in found.items()}, flops, nbytes, peer_bytes, **options)

@@ -118,8 +118,9 @@ SPECS: tuple[tuple[str, GpuSpec], ...] = (
     (r"A100.*PCIE", _ampere("A100 PCIe 80GB", 1935.0, 300.0, "NVLink bridge")),
     (r"A100.*40", _ampere("A100 SXM 40GB", 1555.0, 300.0, "NVLink 3")),
     (r"A100", _ampere("A100 SXM 80GB", 2039.0, 300.0, "NVLink 3")),
-    (r"B200", GpuSpec("B200", {"fp64": 37.0, "fp32": 75.0, "tf32": 1125.0, "bf16": 2250.0, "fp16": 2250.0,
-                                "fp8": 4500.0}, 8000.0, 900.0, "NVLink 5", 148)),
+    # The HGX B200 datasheet gives no plain FP32 figure: left out rather than guessed.
+    (r"B200", GpuSpec("B200", {"fp64": 37.0, "tf32": 1125.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0},
+                      8000.0, 900.0, "NVLink 5", 148)),
     (r"L40S", GpuSpec("L40S", {"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05, "fp8": 733.0},
                       864.0, PCIE4, "PCIe Gen4 x16", 142)),
     (r"\bL4\b", GpuSpec("L4", {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0, "fp8": 242.5},
