@@ -140,6 +140,7 @@ def test_overrides_skips_and_rank_counts():
     assert group_sizes(both, RunPlan(axis_overrides={"num_ranks": [2]})) == [2]  # for every benchmark
     assert group_sizes(both, RunPlan(benchmark_filter="^coll")) == [2, 4, 8]
     assert group_sizes(both, RunPlan(benchmark_filter="nothing")) == []
+    assert group_sizes([both[0]], RunPlan(skip_overrides={"num_ranks": [2, 4, 8]})) == []  # all skipped: none
 
 
 def test_state_records_what_the_benchmark_declares():
@@ -246,6 +247,7 @@ def test_a_benchmark_failing_on_rank_one_ends_the_group_and_says_where(program):
     (["--axis_M=64"], "no benchmark of this program has the axis M; its axes are N, dtype, num_ranks"),
     (["--axis_N", "64"], "unrecognized argument '--axis_N': axes are set as --axis_<name>=VALUES"),
     (["--axis_dtype=fp8"], "unknown dtype fp8"),
+    (["--axis_num_ranks=0,2"], "is not a list of rank counts"),
     (["--n_repeat=0"], "give at least 1"),
     (["--benchmark_format=xml"], "invalid choice: 'xml'"),
     (["--benchmark_filter=("], "is not a regular expression"),

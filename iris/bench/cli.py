@@ -86,6 +86,9 @@ def parse_command_line(argv: list[str] | None, benchmarks) -> tuple[RunPlan, arg
             overrides[kind][name] = parse_axis_values(text, name)
         except ValueError as error:
             parser.error(str(error))
+    ranks = overrides["axis"].get(NUM_RANKS, [])
+    if any(not isinstance(count, int) or count < 1 for count in ranks):
+        parser.error(f"--axis_num_ranks: {ranks} is not a list of rank counts (integers >= 1)")
     known = {NUM_RANKS} | {name for b in benchmarks for name in b.axis_names()}
     unknown = sorted((set(overrides["axis"]) | set(overrides["skip"])) - known)
     if unknown:

@@ -52,12 +52,12 @@ class RunPlan:
         """Whether ``--benchmark_filter`` (a regular expression searched in the name) keeps ``benchmark``."""
         return not self.benchmark_filter or re.search(self.benchmark_filter, benchmark.name) is not None
 
-    def num_ranks_of(self, benchmark: BenchmarkDef) -> list[int] | None:
-        """The rank counts ``benchmark`` runs at after overrides and skips; None when neither it nor the
-        command line names any (upstream then runs it on :data:`DEFAULT_NUM_RANKS` ranks)."""
+    def num_ranks_of(self, benchmark: BenchmarkDef, default: int | None = None) -> list[int] | None:
+        """The rank counts ``benchmark`` runs at after overrides and skips; when neither it nor the command line
+        names any, ``[default]`` (upstream's is :data:`DEFAULT_NUM_RANKS`), or None for no default."""
         declared = [a for a in benchmark.axes if a.name == NUM_RANKS]
         if not declared and NUM_RANKS not in self.axis_overrides:
-            return None
+            return None if default is None else [default]
         declared = declared or [AxisDef(NUM_RANKS, self.axis_overrides[NUM_RANKS])]
         return effective_values(declared[0], self.axis_overrides, self.skip_overrides)
 
@@ -136,7 +136,7 @@ def run_benchmarks(ctx, benchmarks: list[BenchmarkDef], plan: RunPlan | None = N
     rank, world_size = ctx.get_rank(), ctx.get_num_ranks()
     results = []
     for benchmark in filter(plan.selects, benchmarks):
-        rank_counts = plan.num_ranks_of(benchmark) or ([default_num_ranks] if default_num_ranks else None)
+        rank_counts = plan.num_ranks_of(benchmark, default_num_ranks)
         if rank_counts is not None and world_size not in rank_counts:
             continue
         for params in _points(benchmark, plan, world_size):
@@ -195,7 +195,7 @@ def group_sizes(benchmarks: list[BenchmarkDef], plan: RunPlan) -> list[int]:
     """The rank counts to start a worker group for, smallest first: the union over the selected benchmarks."""
     sizes = set()
     for benchmark in filter(plan.selects, benchmarks):
-        sizes.update(plan.num_ranks_of(benchmark) or [DEFAULT_NUM_RANKS])
+        sizes.update(plan.num_ranks_of(benchmark, DEFAULT_NUM_RANKS))
     return sorted(sizes)
 
 
