@@ -87,7 +87,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.report:
         saved = json.loads(Path(args.report).read_text())
-        lines = table({int(m): row for m, row in saved["times"].items()}, list(tp.GPU_STEPS), saved["environment"])
+        times = {int(m): row for m, row in saved["times"].items()}
+        swept = [name for name in sweep_configs() if name in times[ROWS[0]]]
+        lines = table(times, list(tp.GPU_STEPS), saved["environment"]) + (sweep_table(times, swept) if swept else [])
         print("\n".join(lines))
         if args.write:
             write_section(SECTION, lesson_block(lines))
@@ -180,7 +182,9 @@ def table(times: dict, steps: list, where: str) -> list:
 
 
 def sweep_table(times: dict, names: list) -> list:
-    lines = ["", "| config | " + " | ".join(f"M={m} µs (GEMM alone)" for m in times) + " |",
+    """Every configuration of the sweep (BLOCK_N, BLOCK_K, stages, warps; wide stores): µs, and its GEMM alone."""
+    lines = ["", "Launch configurations (`--sweep`), wide stores in all:", "",
+             "| config | " + " | ".join(f"M={m} µs (GEMM alone)" for m in times) + " |",
              "|---|" + "---|" * len(times)]
     for name in names:
         lines.append(f"| {name} | " + " | ".join(
