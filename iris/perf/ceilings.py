@@ -34,6 +34,7 @@ MATMUL_SIDE = 8192
 COPY_BYTES = 1 << 30
 PEER_BYTES = 256 << 20  # at most this much of the heap, less when the heap has less free
 MIN_PEER_BYTES = 1 << 20
+MATMUL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # what torch.mm multiplies (fp8 needs scales)
 
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # ctx -> {dtype name: Ceilings}
 
@@ -109,6 +110,9 @@ def measure(ctx, dtype=torch.bfloat16, *, again: bool = False) -> Ceilings:
         raise PerfError(f"rank {ctx.cur_rank}: ceilings are measured on GPUs; this context runs on the "
                         f"{ctx.backend} backend (the Triton interpreter), where there is no hardware roof to "
                         "measure. Use iris.iris(backend='cuda') on a GPU machine")
+    if dtype not in MATMUL_DTYPES:
+        raise PerfError(f"rank {ctx.cur_rank}: no matmul ceiling for {dtype}: torch.mm multiplies "
+                        f"{', '.join(map(str, MATMUL_DTYPES))}; measure one of those")
     key = str(dtype).removeprefix("torch.")
     found = _cache.setdefault(ctx, {})
     if key in found and not again:

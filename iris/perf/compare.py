@@ -147,6 +147,8 @@ def compare(ctx, candidates: dict, flops=None, bytes=None, peer_bytes=None, grap
     """Time every candidate on every rank in step and report its time, throughput and share of the roof.
 
     Collective: every rank calls it with the same labels and numbers (checked: the rank that differs is named).
+    A candidate that raises is reported on every rank; one that raises on one rank while the others wait inside a
+    collective it never joins leaves them waiting (the workbench interrupts such a cell at its timeout).
 
     Parameters
     ----------
@@ -189,6 +191,8 @@ def compare(ctx, candidates: dict, flops=None, bytes=None, peer_bytes=None, grap
     >>> report = compare(ctx, {"iris": lambda: ctx.ccl.all_reduce(out, inp),
     ...                        "NCCL": lambda: dist.all_reduce(x, group=nccl)}, bytes=2 * inp.nbytes)  # doctest: +SKIP
     """
+    if graph not in ("auto", True, False):
+        raise PerfError(f"rank {ctx.cur_rank}: graph={graph!r}: use 'auto', True or False")
     if not isinstance(candidates, dict) or not candidates:
         raise PerfError(f"rank {ctx.cur_rank}: candidates must be a non-empty dict label -> callable, "
                         f"got {type(candidates).__name__}")
@@ -231,10 +235,12 @@ def roofs_here(ctx, group, dtype, measure_ceilings: bool, allow_shared_gpu: bool
     spec = specs.find(device)
     if spec is None:
         notes.append(f"no spec sheet for {device}: shares are of the measured ceilings only")
-    ceilings = (ceilings_module.measure(ctx, dtype) if measure_ceilings and not shared and
-                dtype in (torch.bfloat16, torch.float16, torch.float32) else None)
+    measurable = dtype in ceilings_module.MATMUL_DTYPES
+    ceilings = ceilings_module.measure(ctx, dtype) if measure_ceilings and not shared and measurable else None
     if ceilings is not None:
         notes.append(ceilings.describe())
+    elif measure_ceilings and not measurable:
+        notes.append(f"no measured ceilings for {dtype} (torch.mm has no such matmul): shares are of the spec only")
     return device, spec, ceilings, notes
 
 
