@@ -118,7 +118,7 @@ def parse_axis_values(text: str, axis_name: str) -> list[Any]:
     text = text.strip()
     ranges = {"pow2": (power_of_two, "pow2:START:END"), "lin": (linear_range, "lin:START:END:STEP")}
     head, _, rest = text.partition(":")
-    if head in ranges and rest:
+    if head in ranges and ":" in text:
         make, form = ranges[head]
         try:
             numbers = [int(part) for part in rest.split(":")]
