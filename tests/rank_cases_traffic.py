@@ -89,22 +89,28 @@ def _as_json(matrix) -> dict:
             "operations": matrix.operations.tolist(), "crossing": matrix.crossing().tolist()}
 
 
-def hand_counted(check: str = "none"):
-    """Both APIs, at the peer on the right and at this rank's own heap: one launch each; then every launch's
-    matrix, all launches' sum, whether the observer is gone (after the block, and after a block that
-    raised), and the error for a launch only rank 0 made."""
-    ctx = iris.iris("8MiB", backend=BACKEND, check=check)
-    buffers = _buffers(ctx)
-    rank, world = ctx.cur_rank, ctx.num_ranks
-    right = (rank + 1) % world
+def _record_every_launch(ctx, buffers):
+    """Both APIs, at the peer on the right and at this rank's own heap: one launch each, recorded."""
+    rank = ctx.cur_rank
     with iris.traffic.record(ctx) as rec:
         assert rec in access_events._observers
         for api in ("device_context", "functional"):
-            for target in (right, rank):
+            for target in ((rank + 1) % ctx.num_ranks, rank):
                 _launch(ctx, api, buffers, target)
                 ctx.barrier()
+    return rec
+
+
+def hand_counted():
+    """Every launch's matrix and all launches' sum, recorded once without the race checker and once beside it;
+    whether the observer is gone (after the block, and after a block that raised); the error for a launch only
+    rank 0 made."""
+    ctx = iris.iris("8MiB", backend=BACKEND)
+    buffers = _buffers(ctx)
+    rank, world = ctx.cur_rank, ctx.num_ranks
+    rec = _record_every_launch(ctx, buffers)
     observer_removed = rec not in access_events._observers
-    _launch(ctx, "device_context", buffers, right)  # after the block: not counted
+    _launch(ctx, "device_context", buffers, (rank + 1) % world)  # after the block: not counted
     counted_after = len(rec.launches)
     try:
         with iris.traffic.record(ctx) as failing:
@@ -115,7 +121,6 @@ def hand_counted(check: str = "none"):
     ctx.barrier()
     matrices = [_as_json(rec.matrix(launch=k)) for k in range(len(rec.launches))]
     every_launch = _as_json(rec.matrix())
-    races = len(ctx.races()) if check == "races" else None
     with iris.traffic.record(ctx) as only_rank_0:  # rec.matrix(launch=K) for a launch only rank 0 made
         if rank == 0:
             _launch(ctx, "device_context", buffers, rank)
@@ -124,11 +129,16 @@ def hand_counted(check: str = "none"):
         missing = "no error"
     except IndexError as error:
         missing = str(error)
+    ctx.start_race_check()  # collective
+    checked = _record_every_launch(ctx, buffers)
+    races = len(ctx.races())
     ctx.barrier()
-    return {"missing_launch": missing, "matrices": matrices, "all": every_launch, "observer_removed": observer_removed,
-            "removed_after_error": removed_after_error, "launches_after": counted_after,
-            "text": rec.matrix(launch=0).with_minimum(iris.traffic.minimum.all_gather(VALID * 4, world)).to_text(),
-            "races": races}
+    checked_matrices = [_as_json(checked.matrix(launch=k)) for k in range(len(checked.launches))]
+    ctx.barrier()
+    return {"missing_launch": missing, "matrices": matrices, "checked_matrices": checked_matrices,
+            "all": every_launch, "observer_removed": observer_removed, "removed_after_error": removed_after_error,
+            "launches_after": counted_after, "races": races,
+            "text": rec.matrix(launch=0).with_minimum(iris.traffic.minimum.all_gather(VALID * 4, world)).to_text()}
 
 
 def traced_counts():

@@ -33,8 +33,10 @@ from __future__ import annotations
 from .cluster import Workbench
 from .report import CellReport, RankError, RankResult, WorkbenchError
 from .shutdown import StopReport
-from .traffic import last_view as _traffic_view  # (before `def traffic` below, which the submodule's import,
-#                                                   done later, would rebind to the module)
+
+# Imported before `def traffic` below: the submodule's first import, done later, would rebind workbench.traffic
+# to the module.
+from .traffic import last_view as _traffic_view
 
 _current: Workbench | None = None
 

@@ -43,12 +43,12 @@ from IPython.display import display
 import workbench
 
 from . import races, tracing
-from .traffic import cell_view as traffic_cell_view
-from .traffic import last_view as traffic_last_view
-from .traffic import start_recording as start_traffic_recording
 from .cluster import BACKENDS
 from .hang_report import display_hang
 from .report import render_summaries
+from .traffic import cell_view as traffic_cell_view
+from .traffic import last_view as traffic_last_view
+from .traffic import start_recording as start_traffic_recording
 
 
 class _Parser(argparse.ArgumentParser):
@@ -102,7 +102,7 @@ def _iris_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--launch", type=int, default=None, help="one launch (0: each rank's first; default: all)")
     traffic.add_argument("--need", default=None, metavar="BYTES",
                          help="the bytes the operation must move across ranks (a Python expression of the notebook, "
-                              "e.g. iris.traffic.minimum.all_gather(4096, 2))")
+                              "e.g. iris.traffic.minimum.all_gather(4096,2), without spaces or quoted)")
     return parser
 
 
@@ -225,7 +225,8 @@ class IrisMagics(Magics):
             return eval(text, self.shell.user_ns)
         except Exception as exc:
             raise UsageError(f"%iris traffic --need {text!r}: {type(exc).__name__}: {exc}; give a number of bytes "
-                             "or an expression of the notebook's, e.g. iris.traffic.minimum.all_gather(4096, 2)")
+                             "or an expression of the notebook's, e.g. iris.traffic.minimum.all_gather(4096,2)"
+                             ) from None
 
     @cell_magic
     def iris_kernel(self, line: str, cell: str):

@@ -27,8 +27,8 @@ traffic of ag_gemm on 2 ranks: 8.0 KiB crossed ranks, 8.0 KiB needed (1.00× the
 """
 
 from . import minimum
-from .launch import ATOMIC_OPS, KINDS, LaunchTraffic
+from .launch import KINDS, LaunchTraffic
 from .matrix import TrafficMatrix
 from .recorder import TrafficRecorder, record
 
-__all__ = ["ATOMIC_OPS", "KINDS", "LaunchTraffic", "TrafficMatrix", "TrafficRecorder", "minimum", "record"]
+__all__ = ["KINDS", "LaunchTraffic", "TrafficMatrix", "TrafficRecorder", "minimum", "record"]

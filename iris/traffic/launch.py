@@ -31,7 +31,6 @@ import numpy as np
 
 KINDS = ("load", "store", "atomic")
 KIND_INDEX = {kind: i for i, kind in enumerate(KINDS)}
-ATOMIC_OPS = tuple(f"atomic_{op}" for op in ("add", "sub", "xchg", "and", "or", "xor", "min", "max", "cas"))
 
 
 def kind_index(kind: str) -> int:
@@ -70,7 +69,7 @@ class LaunchTraffic:
     outside: np.ndarray = field(default_factory=lambda: np.zeros(len(KINDS), dtype=np.int64))
 
     @classmethod
-    def empty(cls, kernel: str, rank: int, world: int) -> "LaunchTraffic":
+    def empty(cls, kernel: str, rank: int, world: int) -> LaunchTraffic:
         """A launch that moved nothing yet."""
         zeros = np.zeros((world, len(KINDS)), dtype=np.int64)
         return cls(kernel, rank, zeros, zeros.copy())
@@ -99,7 +98,7 @@ class LaunchTraffic:
         rows = self.bytes if heap_rank is None else self.bytes[heap_rank:heap_rank + 1]
         return int(rows.sum() if kind is None else rows[:, kind_index(kind)].sum())
 
-    def merged(self, other: "LaunchTraffic", kernel: str | None = None) -> "LaunchTraffic":
+    def merged(self, other: LaunchTraffic, kernel: str | None = None) -> LaunchTraffic:
         """This launch's bytes plus ``other``'s (the same rank's), under ``kernel`` (default: this one's)."""
         ops = {name: counts.copy() for name, counts in self.atomic_ops.items()}
         for name, counts in other.atomic_ops.items():

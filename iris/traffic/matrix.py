@@ -68,7 +68,7 @@ class TrafficMatrix:
     # -- building ----------------------------------------------------------------------------------------
     @classmethod
     def from_launches(cls, per_rank: list[list[LaunchTraffic]], launch: int | None = None,
-                      source: str = "interpreter") -> "TrafficMatrix":
+                      source: str = "interpreter") -> TrafficMatrix:
         """The matrix of every rank's recorded launches (``per_rank[r]``: rank r's, in launch order).
 
         ``launch`` picks each rank's K-th launch; None sums them all. A clear error names the ranks that
@@ -93,7 +93,7 @@ class TrafficMatrix:
                    np.stack([t.outside for t in chosen]), ops, " / ".join(names) or "no launches", source)
 
     @classmethod
-    def from_trace(cls, trace, world: int | None = None) -> "TrafficMatrix":
+    def from_trace(cls, trace, world: int | None = None) -> TrafficMatrix:
         """The matrix of a device trace: bytes per (rank, target rank, kind) from its events.
 
         Counts only what traced kernels recorded (initialised with ``tracing=True``, while ``ctx.tracing`` was
@@ -116,7 +116,7 @@ class TrafficMatrix:
         events = [event for part in parts for event in part["traceEvents"]]
         return cls.from_launches([[t] for t in traced_launches(events, world)], source="trace")
 
-    def with_minimum(self, need) -> "TrafficMatrix":
+    def with_minimum(self, need) -> TrafficMatrix:
         """This matrix with what the operation needs beside it: ``need`` bytes in all, or a ``(world, world)``
         matrix of bytes that must cross from each rank to each other (:mod:`iris.traffic.minimum`).
 
@@ -267,4 +267,5 @@ def _shaded(value: int, biggest: int) -> str:
 
 def _text_table(head: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(r[c])) for r in [head, *rows]) for c in range(len(head))]
-    return "\n".join("  ".join(str(cell).rjust(w) for cell, w in zip(row, widths)) for row in [head, *rows])
+    lines = ("  ".join(str(cell).rjust(w) for cell, w in zip(row, widths, strict=True)) for row in [head, *rows])
+    return "\n".join(lines)

@@ -7,10 +7,10 @@ removed on ``__exit__``, also when the block raises: outside a recording it cost
 race checker: each atomic is performed once, inside both.
 
 On the CUDA backend there is no interpreter to watch: the recorder captures device tracing (``ctx.tracing``:
-enabled if it is not, else reset) and reads the events back on exit (:mod:`.from_trace`). It then counts only
-the operations of kernels whose device context is initialised with ``tracing=True``, and only their remote
-side (see :mod:`.from_trace`), all launches of the block as one. ``record(ctx, source="trace")`` counts that
-way on the CPU too: what a GPU run of the same kernels would report.
+enabled if it is not, and left enabled; else reset) and reads the events back on exit (:mod:`.from_trace`). It
+then counts only the operations of kernels whose device context is initialised with ``tracing=True``, and only
+their remote side (see :mod:`.from_trace`), all launches of the block as one. ``record(ctx, source="trace")``
+counts that way on the CPU too: what a GPU run of the same kernels would report.
 
 Examples
 --------
@@ -33,7 +33,7 @@ from .matrix import SOURCES, TrafficMatrix
 TRACE_CAPACITY = 1_000_000  # events per rank when the recorder enables tracing itself (upstream's default)
 
 
-def record(ctx, source: str | None = None) -> "TrafficRecorder":
+def record(ctx, source: str | None = None) -> TrafficRecorder:
     """A recorder of this rank's traffic in ``ctx``'s heaps, for a ``with`` block (every rank records its own).
 
     Parameters
@@ -90,7 +90,7 @@ class TrafficRecorder:
         self._current: LaunchTraffic | None = None
 
     # -- recording ----------------------------------------------------------------------------------------
-    def start(self) -> "TrafficRecorder":
+    def start(self) -> TrafficRecorder:
         """Start counting (forgetting what an earlier recording counted); :meth:`stop` ends it."""
         self.launches = []
         if self.source == "interpreter":
@@ -115,7 +115,7 @@ class TrafficRecorder:
             self.launches = [traced_launches(trace["traceEvents"], self.world)[self.rank]]
             self.dropped_events = trace["metadata"]["dropped_events"]
 
-    def __enter__(self) -> "TrafficRecorder":
+    def __enter__(self) -> TrafficRecorder:
         return self.start()
 
     def __exit__(self, *exc) -> None:
