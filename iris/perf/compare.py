@@ -171,6 +171,8 @@ def compare(ctx, candidates: dict, flops=None, bytes=None, peer_bytes=None, grap
         captured graph where it can.
     dtype : torch.dtype
         The dtype of the work: which spec peak and measured matmul the TFLOP/s are judged against.
+    timed_ms : float
+        On a GPU without ``n_repeat``: replay for about this long.
     measure_ceilings : bool
         Measure (or take from this process's cache) the ceilings of :func:`iris.perf.ceilings.measure`.
     allow_shared_gpu : bool
@@ -197,11 +199,11 @@ def compare(ctx, candidates: dict, flops=None, bytes=None, peer_bytes=None, grap
         raise PerfError(f"rank {ctx.cur_rank}: candidates must be a non-empty dict label -> callable, "
                         f"got {type(candidates).__name__}")
     group = ctx.group.group
-    work = {name: per_label(value, candidates, name, ctx.cur_rank)
-            for name, value in (("flops", flops), ("bytes", bytes), ("peer_bytes", peer_bytes))}
-    check_same_everywhere(ctx, group, {
-        "labels": list(candidates), **work, "graph": graph, "dtype": str(dtype), "preamble": preamble is not None,
-        "n_repeat": n_repeat, "n_warmup": n_warmup})
+    declared = {"flops": flops, "bytes": bytes, "peer_bytes": peer_bytes}
+    check_same_everywhere(ctx, group, {  # first: whatever is wrong with them below is then wrong on every rank
+        "labels": list(candidates), **declared, "graph": graph, "dtype": str(dtype),
+        "preamble": preamble is not None, "n_repeat": n_repeat, "n_warmup": n_warmup})
+    work = {name: per_label(value, candidates, name, ctx.cur_rank) for name, value in declared.items()}
     not_callable = {label: type(fn).__name__ for label, fn in candidates.items() if not callable(fn)}
     said = [f"rank {rank}: candidate {label!r} is a {kind}, not a callable"
             for rank, theirs in enumerate(everyone(not_callable, group)) for label, kind in theirs.items()]
