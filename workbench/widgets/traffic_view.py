@@ -25,7 +25,8 @@ from .static import StaticForm
 
 COLOURS = {"load": (78, 121, 167), "store": (89, 161, 79), "atomic": (242, 142, 43), "crossed ranks": (192, 57, 43)}
 PANEL_SIDE = 180  # pixels of a panel's grid, whatever the number of ranks
-LABEL = 46  # room for the row labels
+LABEL = 48  # room for the row labels ("rank 12")
+TOP = 50  # the title, what rows and columns are, the column labels
 
 
 class TrafficView(StaticForm, widgets.VBox):
@@ -72,23 +73,26 @@ def heat_maps_svg(matrix: TrafficMatrix) -> str:
     '<svg'
     """
     world = matrix.world
-    panels = [(kind, matrix.bytes[..., k], "issuer", "heap") for k, kind in enumerate(KINDS)]
+    panels = [(kind, matrix.bytes[..., k], "issuing rank", "heap") for k, kind in enumerate(KINDS)]
     panels.append(("crossed ranks", matrix.crossing(), "from", "to"))
     cell = PANEL_SIDE / world
     panel_width = LABEL + PANEL_SIDE + 16
-    height = 34 + PANEL_SIDE + 8
+    height = TOP + PANEL_SIDE + 8
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{panel_width * len(panels)}' height='{height}' "
              "font-size='10' font-family='sans-serif'>"]
     for p, (title, values, rows, columns) in enumerate(panels):
         left = p * panel_width + LABEL
         parts.append(f"<text x='{left}' y='12' font-weight='bold'>{html.escape(title)}</text>"
-                     f"<text x='{left}' y='26' fill='#555'>{rows} ↓ · {columns} →</text>")
+                     f"<text x='{left}' y='26' fill='#555'>rows: {rows} · columns: {columns}</text>")
+        if cell >= 12:
+            parts += [f"<text x='{left + (j + 0.5) * cell:.1f}' y='{TOP - 4}' text-anchor='middle'>{j}</text>"
+                      for j in range(world)]
         biggest = max(int(values.max(initial=0)), 1)
         red, green, blue = COLOURS[title]
         for i in range(world):
-            y = 34 + i * cell
+            y = TOP + i * cell
             if cell >= 12:
-                parts.append(f"<text x='{left - 4}' y='{y + cell / 2 + 3:.1f}' text-anchor='end'>{rows[0]}{i}</text>")
+                parts.append(f"<text x='{left - 4}' y='{y + cell / 2 + 3:.1f}' text-anchor='end'>rank {i}</text>")
             for j in range(world):
                 value = int(values[i, j])
                 alpha = 0.08 + 0.85 * value / biggest if value else 0.0
