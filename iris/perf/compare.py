@@ -301,7 +301,7 @@ def _time(ctx, group, label, fn, on_gpu, graph, n_warmup, n_repeat, preamble, ti
     if not on_gpu:
         ms = do_bench(fn, barrier_fn=ctx.barrier, preamble_fn=preamble or (lambda: None), n_warmup=n_warmup,
                       n_repeat=n_repeat or CPU_REPEAT, return_mode="median")
-        per_rank = tuple(us * 1e3 for us in everyone(ms, group))
+        per_rank = tuple(t * 1e3 for t in everyone(ms, group))  # ms -> µs
         return ReplayTiming(max(per_rank), per_rank, False), "interpreter"
     if preamble is not None:
         return _time_with_preamble(ctx, group, label, fn, graph, n_warmup, n_repeat, preamble)
