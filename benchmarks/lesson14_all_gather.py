@@ -46,7 +46,7 @@ def check(out, src, world):
     got = [out[s * src.numel():(s + 1) * src.numel()] for s in range(world)]
     want = [torch.empty_like(src) for _ in range(world)]
     dist.all_gather(want, src)
-    assert all(torch.equal(a, b) for a, b in zip(got, want)), "wrong all-gather"
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), "wrong all-gather"
 
 
 def row(ctx, module, nbytes):

@@ -30,10 +30,8 @@ def _activate_interpreter_if_cpu() -> None:
 
 _activate_interpreter_if_cpu()
 
-from . import ccl, experimental, hip, ops, tensor_creation, upstream_layout  # noqa: E402
-from . import bench  # noqa: E402  (upstream Iris's benchmark API)
-from . import traffic  # noqa: E402
-from . import perf  # noqa: E402  (timing against the GPU's roofs: iris.perf.compare)
+# bench: upstream Iris's benchmark API; perf: timing against the GPU's roofs; traffic: bytes per rank and heap
+from . import bench, ccl, experimental, hip, ops, perf, tensor_creation, traffic, upstream_layout  # noqa: E402
 from . import launch_options as _launch_options  # noqa: E402
 from . import warp_width as _warp_width  # noqa: E402
 from .checking import Race, RaceWarning  # noqa: E402

@@ -33,10 +33,7 @@ from __future__ import annotations
 from .cluster import Workbench
 from .report import CellReport, RankError, RankResult, WorkbenchError
 from .shutdown import StopReport
-
-# Imported before `def traffic` below: the submodule's first import, done later, would rebind workbench.traffic
-# to the module.
-from .traffic import last_view as _traffic_view
+from .traffic_capture import last_view as _traffic_view
 
 _current: Workbench | None = None
 

@@ -46,9 +46,9 @@ from . import races, tracing
 from .cluster import BACKENDS
 from .hang_report import display_hang
 from .report import render_summaries
-from .traffic import cell_view as traffic_cell_view
-from .traffic import last_view as traffic_last_view
-from .traffic import start_recording as start_traffic_recording
+from .traffic_capture import cell_view as traffic_cell_view
+from .traffic_capture import last_view as traffic_last_view
+from .traffic_capture import start_recording as start_traffic_recording
 
 
 class _Parser(argparse.ArgumentParser):
