@@ -1,5 +1,6 @@
-"""Widgets that show what every rank holds: :class:`BufferView`, :class:`HeapInspector`, :class:`RemoteView`; and
-when each did what: :class:`TimelineView`.
+"""Widgets that show what every rank holds: :class:`BufferView`, :class:`HeapInspector`, :class:`RemoteView`; when
+each did what: :class:`TimelineView`; what the kernels moved: :class:`TrafficView`; and how fast, against the GPU's
+roofs: :class:`BenchView`.
 
 Each rank reduces its data before sending it (:mod:`.reduce`, called through :mod:`.probes`), so the
 notebook receives a few hundred kB per rank whatever the tensor's size; :mod:`.render` draws the PNGs,
@@ -21,7 +22,7 @@ from __future__ import annotations
 import importlib
 
 _CLASSES = {"BufferView": ".buffer_view", "HeapInspector": ".heap_inspector", "RemoteView": ".remote_view",
-            "TimelineView": ".timeline"}
+            "TimelineView": ".timeline", "TrafficView": ".traffic_view", "BenchView": ".roofline_view"}
 
 
 def __getattr__(name: str):
