@@ -49,9 +49,9 @@ CALLS = 10  # calls per captured graph
 TIMED_MS = 40.0  # replays per measurement: about this long
 SECTION = "Lessons against torch + NCCL"
 
-
-sys.path.insert(0, tempfile.mkdtemp(prefix="lesson10_"))
-write_lesson_modules(LESSON, sys.path[0])
+MODULES = tempfile.TemporaryDirectory(prefix="lesson10_")  # removed when the process ends
+sys.path.insert(0, MODULES.name)
+write_lesson_modules(LESSON, MODULES.name)
 import tp_all_reduce as tp  # noqa: E402  (the lesson's module, written just above)
 
 partial_tile = tp.partial_tile
