@@ -74,73 +74,76 @@ def main() -> None:
     dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
     ctx = iris.iris("1GiB", backend="cuda")
     lesson = lesson_module()
-    world, rank = ctx.num_ranks, ctx.cur_rank
-    m_local, n_local = M // world, N // world
-    bf16 = dict(device=ctx.device, dtype=torch.bfloat16)
-    C = ctx.zeros(M, N, dtype=torch.bfloat16)
-    heap_bases = ctx.get_heap_bases()
     wide = {"2 gemm_all_scatter_wide, the first kernel's blocks": dict(FIRST, GROUP_M=8, num_stages=3),
             "3 gemm_all_scatter_wide, blocks chosen by measurement": lesson.GPU_CONFIG}
     if args.sweep:
         wide |= {f"sweep {k}": v for k, v in sweep_configs().items()}
-    times = {}
-    for k in KS:
-        same = torch.Generator(device=ctx.device).manual_seed(0)      # A and B the same on every rank
-        A = torch.randn(M, k, generator=same, **bf16)
-        B = torch.randn(k, N, generator=same, **bf16) / k ** 0.5
-        B_cols = B[:, rank * n_local:(rank + 1) * n_local].contiguous()
-        A_rows = A[rank * m_local:(rank + 1) * m_local].contiguous()
-        want = A @ B
-        local, gathered = torch.empty(m_local, N, **bf16), torch.empty(M, N, **bf16)
-
-        def torch_then_nccl():
-            torch.matmul(A_rows, B, out=local)
-            dist.all_gather_into_tensor(gathered, local)
-
-        row = {"torch.matmul + NCCL all_gather": measure(torch_then_nccl, CALLS, TIMED_MS)[0],
-               "ctx.ops.matmul_all_gather": measure(lambda: ctx.ops.matmul_all_gather(C, A_rows, B), CALLS,
-                                                    TIMED_MS)[0],
-               "torch.matmul alone": measure(lambda: torch.matmul(A_rows, B, out=local), CALLS, TIMED_MS)[0]}
-        checks = {"torch.matmul + NCCL all_gather": (torch_then_nccl, gathered)}
-
-        def first():
-            grid = (M // FIRST["BLOCK_M"], n_local // FIRST["BLOCK_N"])
-            lesson.gemm_all_scatter[grid](A, B_cols, C, M, N, k, n_local, rank, heap_bases, WORLD=world, **FIRST)
-            ctx.device_barrier()
-
-        steps = {"1 gemm_all_scatter (the first kernel)": first}
-        for name, config in wide.items():
-            def step(config=config, scatter_to=world, as_rank=rank):
-                tiles = M // config["BLOCK_M"] * (n_local // config["BLOCK_N"])
-                lesson.gemm_all_scatter_wide[(tiles,)](A, B_cols, C, M, N, k, n_local, as_rank, heap_bases,
-                                                       WORLD=scatter_to, **config)
-                if scatter_to > 1:
-                    ctx.device_barrier()
-            steps[name] = step
-            if not name.startswith("sweep"):
-                row[f"{name[2:]}: its tiles alone"] = measure(lambda step=step: step(scatter_to=1, as_rank=0),
-                                                              CALLS, TIMED_MS)[0]
-        for name, step in steps.items():
-            checks[name] = (step, C)
-            row[name] = measure(step, CALLS, TIMED_MS)[0]
-        for name, (step, out) in checks.items():
-            out.fill_(float("nan"))
-            torch.cuda.synchronize()
-            ctx.barrier()                             # no peer's kernel writes into my C before my fill
-            step()
-            torch.cuda.synchronize()
-            error = relative_error(out, want)
-            assert error < 1e-2, f"K={k}, rank {rank}: {name} differs from torch.matmul by {error:.1e}"
-        times[k] = row
-        if rank == 0:
-            print(f"K={k}: " + ", ".join(f"{name} {us:.1f}" for name, us in row.items()), flush=True)
-    if rank == 0:
-        lines = table(times, world)
+    times = {k: steps_at(k, ctx, lesson, wide) for k in KS}
+    if ctx.cur_rank == 0:
+        lines = table(times, ctx.num_ranks)
         print("\n".join(lines), flush=True)
         if args.write:
             write_section(SECTION, lesson_block("07", "benchmarks/lesson07_steps.py", lines))
     ctx.barrier()
     dist.destroy_process_group()
+
+
+def steps_at(k: int, ctx, lesson, wide: dict) -> dict:
+    """µs per call of every step and baseline for ``C`` of M x N and this ``k``, each result checked first."""
+    world, rank = ctx.num_ranks, ctx.cur_rank
+    m_local, n_local = M // world, N // world
+    bf16 = dict(device=ctx.device, dtype=torch.bfloat16)
+    C = ctx.zeros(M, N, dtype=torch.bfloat16)
+    heap_bases = ctx.get_heap_bases()
+    same = torch.Generator(device=ctx.device).manual_seed(0)      # A and B the same on every rank
+    A = torch.randn(M, k, generator=same, **bf16)
+    B = torch.randn(k, N, generator=same, **bf16) / k ** 0.5
+    B_cols = B[:, rank * n_local:(rank + 1) * n_local].contiguous()
+    A_rows = A[rank * m_local:(rank + 1) * m_local].contiguous()
+    want = A @ B
+    local, gathered = torch.empty(m_local, N, **bf16), torch.empty(M, N, **bf16)
+
+    def torch_then_nccl():
+        torch.matmul(A_rows, B, out=local)
+        dist.all_gather_into_tensor(gathered, local)
+
+    row = {"torch.matmul + NCCL all_gather": measure(torch_then_nccl, CALLS, TIMED_MS)[0],
+           "ctx.ops.matmul_all_gather": measure(lambda: ctx.ops.matmul_all_gather(C, A_rows, B), CALLS,
+                                                TIMED_MS)[0],
+           "torch.matmul alone": measure(lambda: torch.matmul(A_rows, B, out=local), CALLS, TIMED_MS)[0]}
+    checks = {"torch.matmul + NCCL all_gather": (torch_then_nccl, gathered)}
+
+    def first():
+        grid = (M // FIRST["BLOCK_M"], n_local // FIRST["BLOCK_N"])
+        lesson.gemm_all_scatter[grid](A, B_cols, C, M, N, k, n_local, rank, heap_bases, WORLD=world, **FIRST)
+        ctx.device_barrier()
+
+    steps = {"1 gemm_all_scatter (the first kernel)": first}
+    for name, config in wide.items():
+        def step(config=config, scatter_to=world, as_rank=rank):
+            tiles = M // config["BLOCK_M"] * (n_local // config["BLOCK_N"])
+            lesson.gemm_all_scatter_wide[(tiles,)](A, B_cols, C, M, N, k, n_local, as_rank, heap_bases,
+                                                   WORLD=scatter_to, **config)
+            if scatter_to > 1:
+                ctx.device_barrier()
+        steps[name] = step
+        if not name.startswith("sweep"):
+            row[f"{name[2:]}: its tiles alone"] = measure(lambda step=step: step(scatter_to=1, as_rank=0),
+                                                          CALLS, TIMED_MS)[0]
+    for name, step in steps.items():
+        checks[name] = (step, C)
+        row[name] = measure(step, CALLS, TIMED_MS)[0]
+    for name, (step, out) in checks.items():
+        out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        ctx.barrier()                             # no peer's kernel writes into my C before my fill
+        step()
+        torch.cuda.synchronize()
+        error = relative_error(out, want)
+        assert error < 1e-2, f"K={k}, rank {rank}: {name} differs from torch.matmul by {error:.1e}"
+    if rank == 0:
+        print(f"K={k}: " + ", ".join(f"{name} {us:.1f}" for name, us in row.items()), flush=True)
+    return row
 
 
 def table(times: dict, world: int) -> list:

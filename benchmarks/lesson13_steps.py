@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import re
 import sys
@@ -52,18 +53,13 @@ def lesson_modules():
     folder = tempfile.mkdtemp(prefix="lesson13_")
     write_lesson_modules(LESSON, folder)
     header = "%%iris_kernel --trace\nfrom sequence_parallel import multiply_tile, send_my_tile\n"
-    (cell,) = ["".join(c["source"]) for c in json_cells() if "".join(c["source"]).startswith(header)]
+    cells = json.loads(LESSON.read_text())["cells"]
+    (cell,) = ["".join(c["source"]) for c in cells if "".join(c["source"]).startswith(header)]
     kernel = cell[len("%%iris_kernel --trace\n"):cell.index("\n\n\nall_gather_gemm(")]  # the solution's kernel
     Path(folder, "local_first.py").write_text(
         "import triton\nimport triton.language as tl\nfrom iris import DeviceContext\n" + kernel + "\n")
     sys.path.insert(0, folder)
     return __import__("sequence_parallel"), __import__("local_first").ag_gemm_local_first
-
-
-def json_cells() -> list:
-    import json
-
-    return json.loads(LESSON.read_text())["cells"]
 
 
 def sweep_configs(kind: str) -> dict:
