@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import iris  # noqa: E402
 from benchmarks.allreduce import measure  # noqa: E402
-from benchmarks.lesson13_steps import SECTION, lesson_block, relative_error  # noqa: E402
+from benchmarks.lesson13_steps import relative_error  # noqa: E402
 from benchmarks.lesson_modules import write_lesson_modules  # noqa: E402
-from benchmarks.results import environment, write_section  # noqa: E402
+from benchmarks.results import environment, write_lesson_block  # noqa: E402
 
 LESSON = ROOT / "notebooks" / "07_gemm_all_scatter.ipynb"
 M, N = 4096, 4096
@@ -83,7 +83,7 @@ def main() -> None:
         lines = table(times, ctx.num_ranks)
         print("\n".join(lines), flush=True)
         if args.write:
-            write_section(SECTION, lesson_block("07", "benchmarks/lesson07_steps.py", lines))
+            write_lesson_block("07", "benchmarks/lesson07_steps.py", lines)
     ctx.barrier()
     dist.destroy_process_group()
 

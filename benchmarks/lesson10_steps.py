@@ -23,7 +23,6 @@ import argparse
 import itertools
 import json
 import os
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import iris  # noqa: E402
 from benchmarks.lesson_modules import write_lesson_modules  # noqa: E402
-from benchmarks.results import environment, write_section  # noqa: E402
+from benchmarks.results import environment, write_lesson_block  # noqa: E402
 from iris.perf import replay_time  # noqa: E402
 
 LESSON = ROOT / "notebooks" / "10_tp_all_reduce_decode.ipynb"
@@ -47,7 +46,6 @@ N, K = 4096, 4096
 ROWS = (1, 16, 64)
 CALLS = 10  # calls per captured graph
 TIMED_MS = 40.0  # replays per measurement: about this long
-SECTION = "Lessons against torch + NCCL"
 
 MODULES = tempfile.TemporaryDirectory(prefix="lesson10_")  # removed when the process ends
 sys.path.insert(0, MODULES.name)
@@ -92,7 +90,7 @@ def main() -> None:
         lines = table(times, list(tp.GPU_STEPS), saved["environment"]) + (sweep_table(times, swept) if swept else [])
         print("\n".join(lines))
         if args.write:
-            write_section(SECTION, lesson_block(lines))
+            write_lesson_block("10", "benchmarks/lesson10_steps.py", lines)
         return
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local_rank)
@@ -190,19 +188,6 @@ def sweep_table(times: dict, names: list) -> list:
         lines.append(f"| {name} | " + " | ".join(
             f"{row[name]:.1f} ({row[f'{name}: GEMM alone']:.1f})" for row in times.values()) + " |")
     return lines
-
-
-def lesson_block(lines: list) -> str:
-    """RESULTS.md's lessons section with this lesson's block replaced, other lessons' blocks kept."""
-    from benchmarks.results import RESULTS
-
-    block = "<!-- lesson 10 begin (benchmarks/lesson10_steps.py) -->\n" + "\n".join(lines) + "\n<!-- lesson 10 end -->"
-    text = RESULTS.read_text()
-    match = re.search(rf"^## {re.escape(SECTION)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    body = match.group(1) if match else ""
-    if "<!-- lesson 10 begin" in body:
-        return re.sub(r"<!-- lesson 10 begin.*?<!-- lesson 10 end -->", lambda _: block, body, flags=re.S)
-    return body + "\n" + block
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ import argparse
 import itertools
 import json
 import os
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -38,14 +37,13 @@ sys.path.insert(0, str(ROOT))
 import iris  # noqa: E402
 from benchmarks.allreduce import measure  # noqa: E402
 from benchmarks.lesson_modules import write_lesson_modules  # noqa: E402
-from benchmarks.results import RESULTS, environment, write_section  # noqa: E402
+from benchmarks.results import environment, write_lesson_block  # noqa: E402
 
 LESSON = ROOT / "notebooks" / "13_sequence_parallel_ag_gemm_rs.ipynb"
 TOKENS, HIDDEN, WIDTH = 2048, 2048, 8192
 FIRST_BLOCKS = dict(block_m=128, block_n=128, block_k=64, num_warps=8)  # the first kernels' GPU launch
 CALLS = 5  # calls per captured graph
 TIMED_MS = 40.0  # replays per measurement: about this long
-SECTION = "Lessons against torch + NCCL"
 
 
 def lesson_modules():
@@ -201,7 +199,7 @@ def main() -> None:
         lines = table({"all-gather + GEMM": ag, "GEMM + reduce-scatter": rs}, world)
         print("\n".join(lines), flush=True)
         if args.write:
-            write_section(SECTION, lesson_block("13", "benchmarks/lesson13_steps.py", lines))
+            write_lesson_block("13", "benchmarks/lesson13_steps.py", lines)
     ctx.barrier()
     dist.destroy_process_group()
 
@@ -222,17 +220,6 @@ def table(halves: dict, world: int) -> list:
         lines += ["", "| sweep | configuration | µs |", "|---|---|---|"]
         lines += [f"| {half} | {name[len('sweep '):]} | {us:.1f} |" for half, name, us in sweeps]
     return lines
-
-
-def lesson_block(lesson: str, script: str, lines: list) -> str:
-    """RESULTS.md's lessons section with this lesson's block replaced, other lessons' blocks kept."""
-    begin, end = f"<!-- lesson {lesson} begin", f"<!-- lesson {lesson} end -->"
-    block = f"{begin} ({script}) -->\n" + "\n".join(lines) + f"\n{end}"
-    match = re.search(rf"^## {re.escape(SECTION)}\n(.*?)(?=^## |\Z)", RESULTS.read_text(), re.S | re.M)
-    body = match.group(1) if match else ""
-    if begin in body:
-        return re.sub(rf"{re.escape(begin)}.*?{re.escape(end)}", lambda _: block, body, flags=re.S)
-    return body + "\n" + block
 
 
 if __name__ == "__main__":

@@ -41,3 +41,28 @@ def write_section(name: str, body: str) -> Path:
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section
     RESULTS.write_text(text)
     return RESULTS
+
+
+LESSONS_SECTION = "Lessons against torch + NCCL"
+
+
+def write_lesson_block(lesson: str, script: str, lines: list[str]) -> Path:
+    """Replace (or add) lesson ``lesson``'s block in the section :data:`LESSONS_SECTION`, keeping other lessons'.
+
+    Each lesson's benchmark writes its own block, between ``<!-- lesson NN begin (script) -->`` and
+    ``<!-- lesson NN end -->``, so that one lesson's run leaves the others' figures as they were.
+
+    Examples
+    --------
+    >>> write_lesson_block("13", "benchmarks/lesson13_steps.py", ["| step | µs |", "|---|---|"])  # doctest: +SKIP
+    """
+    begin, end = f"<!-- lesson {lesson} begin", f"<!-- lesson {lesson} end -->"
+    block = f"{begin} ({script}) -->\n" + "\n".join(lines) + f"\n{end}"
+    text = RESULTS.read_text() if RESULTS.exists() else _HEADER
+    match = re.search(rf"^## {re.escape(LESSONS_SECTION)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    body = match.group(1) if match else ""
+    if begin in body:
+        body = re.sub(rf"{re.escape(begin)}.*?{re.escape(end)}", lambda _: block, body, flags=re.S)
+    else:
+        body = body + "\n" + block
+    return write_section(LESSONS_SECTION, body)
