@@ -9,7 +9,9 @@ tests/gpu/test_upstream_cuda.py checks the clock, ``do_bench`` and the launch op
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
 import json
 import os
 import subprocess
@@ -31,7 +33,9 @@ from iris.launch_options import AMDOnlyOptionWarning, amd_only_options, drop_amd
 from iris.tensor_creation import CudaOnCpuHeapNote
 from iris.warp_width import halved_threads_per_warp
 
-from .multirank import ROOT
+from .multirank import ROOT, run_ranks
+
+OPS_CASES = "tests.rank_cases_upstream_ops"
 
 
 def _python(code: str, tmp_path, env: dict | None = None) -> dict:
@@ -222,6 +226,119 @@ def test_config_accepts_and_checks_upstreams_amd_tuning_fields():
                          ({"threads_per_warp": 48}, "threads_per_warp=48")):
         with pytest.raises(ValueError, match=message):
             iris.ccl.Config(**bad)
+
+
+# -- iris.ops as upstream's benchmark programs use it (benchmark/ops/*.py at abd3f2ad) ---------------
+
+# Upstream's FusedConfig fields and defaults (iris/ops/config.py at abd3f2ad), then ours.
+UPSTREAM_FUSED_CONFIG = {"block_size_m": 256, "block_size_n": 64, "block_size_k": 64, "group_size_m": 1,
+                         "num_sms": None, "num_xcds": 1, "chunk_size": 1, "cache_modifier_a": ".ca",
+                         "cache_modifier_b": ".ca", "allow_tf32": True, "all_reduce_variant": "two_shot",
+                         "all_reduce_num_rings": 1}
+
+
+def test_fused_config_has_upstreams_fields_and_defaults():
+    """Every field of upstream's FusedConfig, with its default, and ours after them; all_reduce_variant defaults to
+    None (chosen by size) here, upstream's "two_shot" is one of the values it takes."""
+    fields = [f.name for f in dataclasses.fields(iris.ops.FusedConfig)]
+    assert fields == [*UPSTREAM_FUSED_CONFIG, "chunks", "growth", "variant"]
+    default = iris.ops.FusedConfig()
+    assert {name: getattr(default, name) for name in UPSTREAM_FUSED_CONFIG} == {**UPSTREAM_FUSED_CONFIG,
+                                                                                "all_reduce_variant": None}
+    stages = iris.ops.FusedConfig(block_size_m=32, block_size_n=64, block_size_k=64, group_size_m=4, num_xcds=8,
+                                  all_reduce_variant="one_shot")  # bench_matmul_all_reduce_stages.py's
+    stages.validate(world_size=2)
+    assert stages.all_reduce_variant == "one_shot" and stages.variant == "auto"
+
+
+@pytest.mark.parametrize("fields, error, message", [
+    ({"all_reduce_variant": "spinlock"}, NotImplementedError, "'spinlock' is upstream's fused kernel"),
+    ({"all_reduce_variant": "tree"}, ValueError, "all_reduce_variant 'tree': use one of 'one_shot'"),
+    ({"block_size_m": 0}, ValueError, "block_size_m must be an int >= 1, got 0"),
+    ({"num_xcds": True}, ValueError, "num_xcds must be an int >= 1, got True"),
+    ({"num_sms": -4}, ValueError, "num_sms must be an int >= 1 or None, got -4"),
+])
+def test_fused_config_refuses_what_no_path_takes(fields, error, message):
+    with pytest.raises(error, match=message):
+        iris.ops.FusedConfig(**fields)
+
+
+def test_ops_have_upstreams_preambles_and_hbm_buffer_module():
+    """Upstream's names in iris.ops, with its parameters; iris.ops.all_gather_matmul_hbm_buffer is the function
+    (as upstream's __init__ makes it) and its module imports by path."""
+    from iris.ops import all_gather_matmul_hbm_buffer as function
+    from iris.ops.all_gather_matmul_hbm_buffer import (
+        all_gather_matmul_hbm_buffer,
+        all_gather_matmul_hbm_buffer_preamble,
+    )
+
+    module = sys.modules["iris.ops.all_gather_matmul_hbm_buffer"]
+    assert function is all_gather_matmul_hbm_buffer and module.all_gather_matmul_hbm_buffer is function
+    assert all_gather_matmul_hbm_buffer_preamble is iris.ops.all_gather_matmul_hbm_buffer_preamble
+    assert {"matmul_all_reduce_preamble", "all_gather_matmul_preamble", "all_gather_matmul_hbm_buffer",
+            "all_gather_matmul_hbm_buffer_preamble"} <= set(iris.ops.__all__)
+
+    def parameters(function):
+        return list(inspect.signature(function).parameters)
+    assert parameters(iris.ops.matmul_all_reduce_preamble) == ["ctx", "C", "A", "B", "config", "workspace"]
+    assert parameters(iris.ops.all_gather_matmul_preamble) == ["ctx", "A_sharded", "B", "config", "workspace"]
+    assert parameters(all_gather_matmul_hbm_buffer_preamble) == ["ctx", "A_sharded", "B", "config", "k_per_flag",
+                                                                 "staged_a_layout"]
+    assert parameters(all_gather_matmul_hbm_buffer) == [
+        "ctx", "output_tensor", "A_sharded", "B", "bias", "async_op", "config", "workspace", "num_fetch_sms",
+        "k_per_flag", "fetch_block_m", "fetch_block_k", "staged_a_layout", "num_warps", "num_stages",
+        "num_fetch_stages", "first_stage_fetch_sms", "trace"]
+
+
+def test_matmul_all_reduce_preamble_and_each_all_reduce_variant_as_upstreams_benchmark():
+    """bench_matmul_all_reduce(_stages).py's loop on 2 ranks: each named variant runs iris.ccl's algorithm of that
+    name on the sequential path (None: chosen by size); the preamble zeroes C; nothing to reset between calls."""
+    for result in run_ranks(2, f"{OPS_CASES}:matmul_all_reduce_variants", 40, 24, 16):
+        report = result["report"]
+        for variant, seen in report.items():
+            assert seen["error"] < 1e-4, (variant, seen)
+            assert seen["zeroed"] and seen["prepared"] and seen["same_workspace"], (variant, seen)
+            assert seen["path"] == "sequential" and seen["locks"] is None and seen["aux_buffer"] is None
+        assert {variant: seen["collective"] for variant, seen in report.items() if variant != "None"} == {
+            "atomic": "atomic", "two_shot": "two_shot", "one_shot": "one_shot", "ring": "ring"}
+
+
+def test_all_gather_matmul_hbm_buffer_as_upstreams_benchmark():
+    """bench_all_gather_matmul.py's loop on 2 ranks: the staging buffer holds the peers' shards in their columns and
+    the flags are heap int32, made by the preamble; zeroing them between calls changes no result; the bias is
+    per row; what the chunked path cannot honour is refused, saying why."""
+    for result in run_ranks(2, f"{OPS_CASES}:hbm_buffer", 24, 8, 12):
+        assert result["path"] == "chunked" and result["same_workspace"]
+        assert result["made"] == {"locks": [True, True], "aux_buffer": [[24, 16], True]}
+        assert all(error < 1e-4 for error in result["errors"].values()), result["errors"]
+        messages = result["messages"]
+        assert all(message is not None for message in messages.values()), messages
+        rank = result["rank"]
+        assert messages["trace"].startswith(f"NotImplementedError: rank {rank}: all_gather_matmul_hbm_buffer(trace"
+                                            "=True) records upstream's fetcher")
+        assert "bias must be [24] torch.float32 (upstream's: one value per row of the product)" in (
+            messages["column_bias"])
+        assert "staged_a_layout 'tiled'" in messages["layout"]
+        assert "num_fetch_sms must be an int >= 1 or None, got 0" in messages["fetch_sms"]
+        assert "not the sequential one" in messages["sequential"]
+        assert "K = world x the shard's columns" in messages["k"]
+        assert "the chunked path reduces with its own piece-by-piece copies" in messages["chunked_all_reduce"]
+
+
+def test_heap_offset_as_upstreams_moe_benchmark_resets_it():
+    """bench_moe.py reads ctx.heap.allocator.heap_offset, allocates, and sets it back between calls: here it is the
+    end of the memory tensors still use, setting it back is quiet when they were dropped, and the memory they
+    used comes back at the next allocation; set past tensors in use, it keeps them and warns, naming them."""
+    for result in run_ranks(2, f"{OPS_CASES}:heap_offset"):
+        assert result["is_heap"] and result["mark"] == result["kept_ends"] > 0
+        assert result["grown"] > result["mark"] and result["dropped"] == result["mark"]
+        assert result["quiet"] == [] and result["reused"]
+        ((category, message),) = result["loud"]
+        assert category == "RuntimeWarning"
+        assert message.startswith(f"rank {result['rank']}: heap_offset set to 0, but tensors still use kept "
+                                  "(float32[10] (40 bytes))")
+        assert "upstream's bump allocator would hand their memory out again" in message
+        assert all("heap_offset must be an int from 0 to the heap's" in m for m in result["messages"].values())
 
 
 # -- AMD-only launch options ---------------------------------------------------------------------

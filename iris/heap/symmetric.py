@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 import weakref
 from dataclasses import dataclass
 
@@ -297,3 +298,41 @@ class SymmetricHeap:
     def usage(self) -> Usage:
         """Sizes in bytes: total, used (including tensors awaiting release), free, largest free block."""
         return self._allocator.usage()
+
+    # -- upstream's allocator names ----------------------------------------------------------------
+    @property
+    def allocator(self) -> SymmetricHeap:
+        """Upstream's ``ctx.heap.allocator`` (its bump allocator, behind its heap): this heap, which allocates
+        itself; upstream's programs read and set its :attr:`heap_offset`."""
+        return self
+
+    @property
+    def heap_offset(self) -> int:
+        """The first byte past every allocation a tensor on this rank still uses (0 when none does).
+
+        Upstream's bump allocator hands out memory from this offset on and never frees, so its programs read it,
+        allocate, and set it back to reuse what they allocated since (e.g. its MoE benchmark, between calls).
+        Here memory no tensor on any rank uses comes back at the next allocation anyway, so setting it changes
+        nothing, and is checked: an offset outside the heap is a ``ValueError``, and allocations still in use
+        past it (upstream would hand their memory out again) are kept, with a ``RuntimeWarning`` naming them.
+
+        Examples
+        --------
+        >>> mark = ctx.heap.allocator.heap_offset              # doctest: +SKIP
+        >>> scratch = ctx.zeros(1024); del scratch               # doctest: +SKIP
+X
+        """
+        return max((a.info.offset + a.reserved for a in self._live.values() if a.referenced), default=0)
+
+    @heap_offset.setter
+    def heap_offset(self, offset: int) -> None:
+        if isinstance(offset, bool) or not hasattr(offset, "__index__") or not 0 <= offset <= self.size:
+            raise ValueError(f"rank {self.rank}: heap_offset must be an int from 0 to the heap's {self.size} bytes, "
+                             f"got {offset!r}: set it to a value read from heap_offset")
+        in_use = [a.info for a in self._live.values() if a.referenced and a.info.offset + a.reserved > offset]
+        if in_use:
+            names = ", ".join(f"{a.label or f'alloc@{a.offset:#x}'} ({_describe((a.nbytes, str(a.dtype), a.shape))})"
+                              for a in sorted(in_use, key=lambda a: a.offset))
+            warnings.warn(f"rank {self.rank}: heap_offset set to {offset}, but tensors still use {names} past it: "
+                          "upstream's bump allocator would hand their memory out again; this heap keeps it until no "
+                          "rank uses them", RuntimeWarning, stacklevel=2)

@@ -8,6 +8,10 @@
   ``A @ B``. Upstream's variant writes a full ``(M, N)`` tensor of which only this rank's tiles are valid;
   ours gives just the block (no memory for tiles nobody may read), and refuses a full-size ``out`` saying so.
 
+Upstream's preambles (:func:`matmul_all_reduce_preamble`, :func:`all_gather_matmul_preamble`) make a workspace
+before the calls; :mod:`iris.ops.all_gather_matmul_hbm_buffer` is all_gather_matmul's chunked path under
+upstream's name for its staged kernel.
+
 Each is a function taking the context first (``iris.ops.matmul_all_reduce(ctx, out, A, B)``) and a method of
 ``ctx.ops`` (``ctx.ops.matmul_all_reduce(out, A, B)``); every rank calls it with the same shapes. fp16, bf16
 and fp32, any sizes (``N`` a multiple of the world size for reduce-scatter, ``K`` for all-gather-matmul's
@@ -46,8 +50,9 @@ from . import chunked, pieces, sequential
 from .config import DTYPES, FusedConfig, Workspace
 from .graphs import call_key
 
-__all__ = ["FusedConfig", "OpsNamespace", "Workspace", "all_gather_matmul", "choose_path", "matmul_all_gather",
-           "matmul_all_reduce", "matmul_reduce_scatter"]
+__all__ = ["FusedConfig", "OpsNamespace", "Workspace", "all_gather_matmul", "all_gather_matmul_hbm_buffer",
+           "all_gather_matmul_hbm_buffer_preamble", "all_gather_matmul_preamble", "choose_path", "matmul_all_gather",
+           "matmul_all_reduce", "matmul_all_reduce_preamble", "matmul_reduce_scatter"]
 
 CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather, "all_gather_matmul": chunked.all_gather_matmul,
            "matmul_all_reduce": chunked.matmul_all_reduce, "matmul_reduce_scatter": chunked.matmul_reduce_scatter}
@@ -77,14 +82,7 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias=None, async_op=False, config=
     --------
     >>> iris.ops.all_gather_matmul(ctx, out, A_sharded, B)               # doctest: +SKIP
     """
-    world = ctx.num_ranks
-    _check_operands(ctx, "all_gather_matmul", A_sharded, B)
-    m, k_local = A_sharded.shape
-    if B.shape[0] != k_local * world:
-        raise ValueError(f"rank {ctx.cur_rank}: all_gather_matmul: B has {B.shape[0]} rows but the gathered A has "
-                         f"{world} x {k_local} = {world * k_local} columns: B must be (K, N) with K = world x the "
-                         "shard's columns")
-    n = B.shape[1]
+    m, n = _gathered_dims(ctx, "all_gather_matmul", A_sharded, B)
     _check_out(ctx, "all_gather_matmul", out, (m, n), A_sharded.dtype)
     _check_bias(ctx, "all_gather_matmul", bias, n, A_sharded.dtype)
     return _run(ctx, "all_gather_matmul", sequential.all_gather_matmul, out, A_sharded, B, bias, async_op, config,
@@ -132,6 +130,49 @@ def matmul_reduce_scatter(ctx, out, A, B, bias=None, async_op=False, config=None
                 workspace)
 
 
+# -- upstream's preambles: a workspace made before the calls ------------------------------------------------
+def matmul_all_reduce_preamble(ctx, C, A, B, config=None, workspace=None) -> Workspace:
+    """Upstream's preamble of :func:`matmul_all_reduce`: the workspace for these shapes (``workspace`` when it was
+    made for them, else a new one), marked ``prepared``, with ``C`` zeroed and every rank past a barrier, as
+    upstream's. Collective. Its buffers are allocated by the first call (every rank makes it), as any call's.
+
+    Examples
+    --------
+    >>> config = FusedConfig(all_reduce_variant="one_shot")                  # doctest: +SKIP
+    >>> ws = iris.ops.matmul_all_reduce_preamble(ctx, C, A, B, config=config)  # doctest: +SKIP
+    >>> ctx.ops.matmul_all_reduce(C, A, B, config=config, workspace=ws)    # doctest: +SKIP
+    """
+    m, _, n = _matmul_dims(ctx, "matmul_all_reduce", A, B)
+    _check_out(ctx, "matmul_all_reduce", C, (m, n), A.dtype)
+    return _prepared(ctx, "matmul_all_reduce", _key("matmul_all_reduce", C.shape, A, B, False), config, workspace,
+                     zero=C)
+
+
+def all_gather_matmul_preamble(ctx, A_sharded, B, config=None, workspace=None) -> Workspace:
+    """Upstream's preamble of :func:`all_gather_matmul`: the workspace for these shapes (no bias), marked
+    ``prepared``. Collective.
+
+    Examples
+    --------
+    >>> ws = iris.ops.all_gather_matmul_preamble(ctx, A_sharded, B)          # doctest: +SKIP
+    """
+    m, n = _gathered_dims(ctx, "all_gather_matmul", A_sharded, B)
+    return _prepared(ctx, "all_gather_matmul", _key("all_gather_matmul", (m, n), A_sharded, B, False), config,
+                     workspace)
+
+
+def _prepared(ctx, op, key, config, workspace, zero=None) -> Workspace:
+    if config is not None and not isinstance(config, FusedConfig):
+        raise TypeError(f"rank {ctx.cur_rank}: {op} config must be an iris.ops.FusedConfig, got {type(config)}")
+    if workspace is None or workspace.key != key:
+        workspace = Workspace(key)
+    if zero is not None:
+        zero.zero_()
+    ctx.barrier()
+    workspace.prepared = True
+    return workspace
+
+
 # -- checks and dispatch --------------------------------------------------------------------------------------
 def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int, float]:
     """``(path, pieces, growth)`` of a call: ``config.variant``, ``config.chunks`` and ``config.growth`` where
@@ -142,7 +183,8 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int,
     its own rows for matmul_all_gather) into pieces of at least 512 rows and 4M elements on average, at most 4 (2
     for some ops) (:func:`iris.ops.pieces.count`), each ``growth`` times the size of the one before
     (:func:`iris.ops.pieces.sizes`; even by default). ``"auto"`` takes it on GPUs when there are at least 2
-    pieces (something to overlap), else the sequential path.
+    pieces (something to overlap), else the sequential path; matmul_all_reduce with a named
+    ``config.all_reduce_variant`` takes the sequential path, whose all-reduce is :mod:`iris.ccl`'s of that name.
 
     Examples
     --------
@@ -157,6 +199,13 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int,
         rows //= world
     count = config.chunks or pieces.count(op, rows, columns)
     growth = config.growth if config.growth is not None else pieces.GROWTH[op]
+    if op == "matmul_all_reduce" and config.all_reduce_variant is not None:
+        if config.variant == "chunked":
+            raise ValueError(f"rank {ctx.cur_rank}: matmul_all_reduce: FusedConfig(variant='chunked', "
+                             f"all_reduce_variant={config.all_reduce_variant!r}): the chunked path reduces with its "
+                             "own piece-by-piece copies; all_reduce_variant picks iris.ccl's algorithm on the "
+                             "sequential path: drop one of the two")
+        return "sequential", count, growth  # the path whose all-reduce is iris.ccl's, where that variant exists
     if config.variant != "auto":
         return config.variant, count, growth
     gpu = ctx.backend == "cuda" and world > 1
@@ -167,7 +216,7 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) 
     config = config or FusedConfig()
     if not isinstance(config, FusedConfig):
         raise TypeError(f"rank {ctx.cur_rank}: {op} config must be an iris.ops.FusedConfig, got {type(config)}")
-    key = (op, tuple(out.shape), tuple(A.shape), tuple(B.shape), A.dtype, bias is not None)
+    key = _key(op, out.shape, A, B, bias is not None)
     workspace = workspace if workspace is not None else ctx.ops.workspace_for(key)
     if workspace.key != key:
         raise ValueError(f"rank {ctx.cur_rank}: {op}: this workspace was made for {workspace.key}, not {key}: "
@@ -176,12 +225,20 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) 
     if workspace.path == "chunked":
         call = functools.partial(CHUNKED[op], ctx, out, A, B, bias, async_op, workspace, workspace.pieces,
                                  workspace.growth)
+    elif op == "matmul_all_reduce":
+        call = functools.partial(implementation, ctx, out, A, B, bias, async_op, workspace, config.all_reduce_variant)
     else:
         call = functools.partial(implementation, ctx, out, A, B, bias, async_op, workspace)
-    replay_key = call_key((out, A, B, bias), workspace.path, workspace.pieces, workspace.growth, async_op)
+    replay_key = call_key((out, A, B, bias), workspace.path, workspace.pieces, workspace.growth, async_op,
+                          config.all_reduce_variant)
     workspace.graphs.run(replay_key, call, cuda=ctx.backend == "cuda",
                          state=lambda: (id(workspace.signals), id(workspace.collective)))
     return workspace
+
+
+def _key(op: str, out_shape, A, B, with_bias: bool) -> tuple:
+    """What a workspace is made for: the op, the shapes, the dtype, and whether a bias is added."""
+    return op, tuple(out_shape), tuple(A.shape), tuple(B.shape), A.dtype, with_bias
 
 
 def _check_operands(ctx, op, A, B) -> None:
@@ -197,6 +254,18 @@ def _check_operands(ctx, op, A, B) -> None:
                              f"{ctx.get_device()}")
     if A.dtype != B.dtype:
         raise ValueError(f"rank {ctx.cur_rank}: {op}: A is {A.dtype} but B is {B.dtype}: use one dtype")
+
+
+def _gathered_dims(ctx, op, A_sharded, B) -> tuple[int, int]:
+    """(M, N) of all_gather_matmul's product, once its operands are checked."""
+    world = ctx.num_ranks
+    _check_operands(ctx, op, A_sharded, B)
+    m, k_local = A_sharded.shape
+    if B.shape[0] != k_local * world:
+        raise ValueError(f"rank {ctx.cur_rank}: {op}: B has {B.shape[0]} rows but the gathered A has "
+                         f"{world} x {k_local} = {world * k_local} columns: B must be (K, N) with K = world x the "
+                         "shard's columns")
+    return m, B.shape[1]
 
 
 def _matmul_dims(ctx, op, A, B) -> tuple[int, int, int]:
@@ -222,5 +291,11 @@ def _check_bias(ctx, op, bias, n, dtype) -> None:
                          f"product), got {got}")
 
 
-# Upstream's name for the class of ctx.ops (its API reference documents iris.ops.OpsNamespace.matmul_all_reduce...).
+# Upstream's names beyond the ops: iris.ops.OpsNamespace, the class of ctx.ops (its API reference documents
+# iris.ops.OpsNamespace.matmul_all_reduce...), and its staged all-gather + GEMM (our chunked path under its names;
+# like upstream, iris.ops.all_gather_matmul_hbm_buffer is the function, and its module stays importable by path).
+from .all_gather_matmul_hbm_buffer import (  # noqa: E402
+    all_gather_matmul_hbm_buffer,
+    all_gather_matmul_hbm_buffer_preamble,
+)
 from .namespace import Ops as OpsNamespace  # noqa: E402

@@ -43,7 +43,7 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int, gr
     rank, world = ctx.cur_rank, ctx.num_ranks
     m_local = A.shape[0]
     peers = [peer for peer in range(world) if peer != rank]
-    signals = _signals(ctx, workspace, chunks)
+    signals = signals_for(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
     ctx.device_barrier()  # every peer is done with its out from before
     signals.begin()
@@ -77,7 +77,7 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
     columns = [slice(source * k_local, (source + 1) * k_local) for source in range(world)]
     rows = split(slice(None), m, chunks, growth)
     peers = [(rank + step) % world for step in range(1, world)]  # each rank starts with another peer
-    signals = _signals(ctx, workspace, chunks)
+    signals = signals_for(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
     signals.begin()
     landed = []  # per piece: this rank's own rows are in place
@@ -148,7 +148,7 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, growth: f
     rank, world = ctx.cur_rank, ctx.num_ranks
     send = workspace.buffer(ctx, "send", (world if send_per_peer else 1, *target.shape), target.dtype)
     received = workspace.buffer(ctx, "received", (world, *target.shape), target.dtype) if world > 2 else None
-    signals = _signals(ctx, workspace, 2 * chunks if gather else chunks)
+    signals = signals_for(ctx, workspace, 2 * chunks if gather else chunks)
     compute, copy = _streams(ctx, workspace)
     ctx.device_barrier()  # every peer has consumed the last call's pieces (and its user has read target)
     signals.begin()
@@ -187,7 +187,7 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, growth: f
     _wait(compute, copy)  # later work (the next call's sends) is ordered after the copies
 
 
-def _signals(ctx, workspace, slots: int) -> PieceSignals:
+def signals_for(ctx, workspace, slots: int) -> PieceSignals:
     """The workspace's per-piece flags, with at least ``slots`` slots (allocated on first use, or when a call
     needs more: collective, as every rank makes the same calls; the workspace's CUDA graphs of calls with the
     old flags are then dropped by :mod:`iris.ops.graphs`)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..ccl.config import ALL_REDUCE_VARIANTS
 from .graphs import CallGraphs
 
 VARIANTS = ("auto", "sequential", "chunked")
@@ -24,36 +25,70 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 @dataclass(frozen=True)
 class FusedConfig:
-    """Tile sizes, communication programs and the path of a ``ctx.ops`` call (upstream Iris's ``FusedConfig``).
+    """Tile sizes, the all-reduce algorithm and the path of a ``ctx.ops`` call (upstream Iris's ``FusedConfig``,
+    its field names and defaults, and three of ours).
 
     Parameters
     ----------
-    block_m, block_n, block_k, comm_sms : int
-        Upstream's tile sizes and communication programs of its single fused kernel. Accepted (and checked)
-        so that upstream code runs unchanged; no path here reads them: the GEMM pieces are cuBLAS's and the
-        transfers the copy engines', which take no SM.
+    block_size_m, block_size_n, block_size_k, group_size_m : int
+        Upstream's tiles and tile grouping for its fused Triton GEMM. Accepted (and checked, >= 1) so that
+        upstream code runs unchanged; no path here reads them: the GEMMs are cuBLAS's (``torch.matmul``).
+    num_sms : int or None
+        Upstream's persistent grid; without effect here (the transfers are the copy engines', taking no SM).
+    num_xcds, chunk_size : int
+        AMD-only: the chiplets (XCDs) upstream's kernels remap their tiles over; checked, without effect here.
+    cache_modifier_a, cache_modifier_b : str
+        Upstream's load cache modifiers for A and B; without effect on cuBLAS.
+    allow_tf32 : bool
+        Upstream's TF32 switch for its float32 ``tl.dot``; without effect here: float32 GEMMs follow torch's
+        ``torch.backends.cuda.matmul.allow_tf32``.
+    all_reduce_variant : {None, "atomic", "ring", "one_shot", "two_shot"}
+        matmul_all_reduce's all-reduce algorithm: :func:`iris.ccl.all_reduce`'s variant of that name, run after
+        the GEMM on the sequential path (a named variant makes ``variant="auto"`` take it). None (ours; upstream's
+        default is ``"two_shot"``): chosen by size, or the chunked path's own reduction on GPUs. Upstream's
+        ``"spinlock"`` (tiles added under a lock inside its fused kernel) has no counterpart here and is refused.
+    all_reduce_num_rings : int
+        Upstream's concurrent rings of its ring variant; checked, without effect here.
     chunks : int or None
-        Pieces of the chunked path (row pieces of each rank's block of the product); None: by the shape
+        Ours: pieces of the chunked path (row pieces of each rank's block of the product); None: by the shape
         (:func:`iris.ops.choose_path`).
     growth : float or None
-        Each piece's rows over the previous piece's (< 1: shrinking, > 1: growing, 1: even); None: the op's
+        Ours: each piece's rows over the previous piece's (< 1: shrinking, > 1: growing, 1: even); None: the op's
         (:data:`iris.ops.pieces.GROWTH`, whose module says why).
     variant : {"auto", "sequential", "chunked"}
-        The path: ``"sequential"`` runs ``torch.matmul`` into a heap buffer, then iris's collective
+        Ours: the path. ``"sequential"`` runs ``torch.matmul`` into a heap buffer, then iris's collective
         (:mod:`iris.ccl`); ``"chunked"`` runs each piece's communication on a second stream while the next
-        piece computes (:mod:`iris.ops.chunked`);
-        ``"auto"`` picks per op and shape (:func:`iris.ops.choose_path`).
+        piece computes (:mod:`iris.ops.chunked`); ``"auto"`` picks per op and shape (:func:`iris.ops.choose_path`).
+
+    Examples
+    --------
+    >>> FusedConfig(block_size_m=64, num_xcds=8, all_reduce_variant="one_shot").all_reduce_variant
+    'one_shot'
     """
 
-    block_m: int = 128
-    block_n: int = 128
-    block_k: int = 64
-    comm_sms: int = 16
+    block_size_m: int = 256
+    block_size_n: int = 64
+    block_size_k: int = 64
+    group_size_m: int = 1
+    num_sms: int | None = None
+    num_xcds: int = 1
+    chunk_size: int = 1
+    cache_modifier_a: str = ".ca"
+    cache_modifier_b: str = ".ca"
+    allow_tf32: bool = True
+    all_reduce_variant: str | None = None
+    all_reduce_num_rings: int = 1
     chunks: int | None = None
     growth: float | None = None
     variant: str = "auto"
 
     def __post_init__(self):
+        self.validate()
+
+    def validate(self, world_size: int | None = None) -> None:
+        """Raise a ``ValueError`` naming the field for a value no path takes (upstream's method; every
+        ``FusedConfig`` is checked when made, and its fields cannot change: ``world_size`` adds no check here,
+        as the block sizes upstream's ring variant divides by it are not read)."""
         if self.variant == "fused":
             raise NotImplementedError(
                 "FusedConfig variant 'fused': there is no single-kernel path here; 'chunked' (cuBLAS pieces, "
@@ -61,10 +96,21 @@ class FusedConfig:
                 "'sequential' or 'chunked'")
         if self.variant not in VARIANTS:
             raise ValueError(f"FusedConfig variant {self.variant!r}: use one of {', '.join(map(repr, VARIANTS))}")
-        for name in ("block_m", "block_n", "block_k", "comm_sms", "chunks"):
+        if self.all_reduce_variant == "spinlock":
+            raise NotImplementedError(
+                "FusedConfig all_reduce_variant 'spinlock' is upstream's fused kernel adding tiles under a lock; "
+                f"there is no such kernel here: use one of {', '.join(map(repr, ALL_REDUCE_VARIANTS))} (iris.ccl's "
+                "all-reduce algorithms) or None (chosen by size)")
+        if self.all_reduce_variant not in (None, *ALL_REDUCE_VARIANTS):
+            raise ValueError(f"FusedConfig all_reduce_variant {self.all_reduce_variant!r}: use one of "
+                             f"{', '.join(map(repr, ALL_REDUCE_VARIANTS))} or None (chosen by size)")
+        optional = ("num_sms", "chunks")
+        for name in ("block_size_m", "block_size_n", "block_size_k", "group_size_m", "num_xcds", "chunk_size",
+                     "all_reduce_num_rings", *optional):
             value = getattr(self, name)
-            if not (name == "chunks" and value is None) and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"FusedConfig {name} must be an int >= 1{' or None' if name == 'chunks' else ''}, "
+            if not (name in optional and value is None) and (
+                    isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"FusedConfig {name} must be an int >= 1{' or None' if name in optional else ''}, "
                                  f"got {value!r}")
         if self.growth is not None and (isinstance(self.growth, bool) or not isinstance(self.growth, (int, float))
                                         or not 0 < self.growth < float("inf")):
@@ -99,6 +145,11 @@ class Workspace:
         The chunked path's per-piece flags.
     graphs : iris.ops.graphs.CallGraphs
         CUDA graphs of repeated eager calls.
+    prepared : bool
+        Upstream's flag that its workspace's locks were reset for the next call (its preamble sets it, its call
+        clears it, and a call finding it clear prepares again). Ours need no reset between calls (flags only
+        grow against an epoch counted on the device), so no op reads it: the preamble functions
+        (:func:`iris.ops.matmul_all_reduce_preamble` ...) set it, as upstream's do, and a caller may write it.
     """
 
     key: tuple
@@ -110,6 +161,25 @@ class Workspace:
     copy_stream: object = None
     signals: object = None
     graphs: CallGraphs = field(default_factory=CallGraphs)
+    prepared: bool = False
+
+    @property
+    def locks(self) -> torch.Tensor | None:
+        """Upstream's per-tile flags, which its callers zero between calls. Here: the chunked path's per-piece
+        arrival flags (int32 ``[slots, world, 1]`` on the heap), None until a chunked call (or
+        :func:`~iris.ops.all_gather_matmul_hbm_buffer.all_gather_matmul_hbm_buffer_preamble`) made them, and on
+        the sequential path, whose collective keeps its own. A call waits for every flag it is sent before it
+        returns, and they only grow, so zeroing them between calls (as upstream's benchmarks do) is harmless."""
+        return None if self.signals is None else self.signals.state.flags
+
+    @property
+    def aux_buffer(self) -> torch.Tensor | None:
+        """Upstream's staging buffer. Here: all_gather_matmul's gathered A (``(M, K)`` on the heap, every rank's
+        shard in its columns, as upstream's HBM buffer holds it; this rank's own rows of the first piece stay
+        out, as that piece's GEMM reads ``A_sharded`` itself) once the chunked path made it; None for the other
+        ops, whose buffers (``buffers``) are theirs to overwrite: none needs zeroing between calls."""
+        return next((tensor for (name, _, _), tensor in self.buffers.items()
+                     if self.key[0] == "all_gather_matmul" and name == "A"), None)
 
     def wait(self) -> None:
         """After a call with ``async_op=True``: wait (in stream order) until its collective has finished."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..ccl.all_gather import all_gather
+from ..ccl.config import Config
 from ..ccl.reduce_scatter import chunk_size, reduce_scatter
 
 
@@ -21,12 +22,15 @@ def _into(out: torch.Tensor, result: torch.Tensor) -> None:
         out.copy_(result)
 
 
-def matmul_all_reduce(ctx, out, A, B, bias, async_op, workspace):
-    """out = sum over ranks of A @ B (+ bias, once)."""
+def matmul_all_reduce(ctx, out, A, B, bias, async_op, workspace, all_reduce_variant=None):
+    """out = sum over ranks of A @ B (+ bias, once); ``all_reduce_variant`` names iris.ccl's algorithm (None: by
+    size)."""
     partial = workspace.buffer(ctx, "partial", out.shape, out.dtype)
     reduced = workspace.on_heap(ctx, "reduced", out)
     torch.matmul(A, B, out=partial)
-    workspace.collective = ctx.ccl.all_reduce(reduced, partial, async_op=async_op, workspace=workspace.collective)
+    workspace.collective = ctx.ccl.all_reduce(reduced, partial, async_op=async_op, workspace=workspace.collective,
+                                              config=Config(all_reduce_variant=all_reduce_variant)
+                                              if all_reduce_variant is not None else None)
     _wait_if_async(workspace, async_op, reduced is not out or bias is not None)
     if bias is not None:
         reduced += bias

@@ -1,0 +1,133 @@
+"""Code that runs inside each rank for tests/test_upstream_surface.py: upstream Iris's names around ``ctx.ops`` and
+the heap, used as upstream's benchmark programs use them (``benchmark/ops/*.py``, ``benchmark/examples/bench_moe.py``
+at abd3f2ad), against torch references. Backend: env ``IRIS_TEST_BACKEND`` ("cpu" by default).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+import iris
+from iris.ops import FusedConfig, matmul_all_reduce_preamble
+from iris.ops.all_gather_matmul_hbm_buffer import all_gather_matmul_hbm_buffer, all_gather_matmul_hbm_buffer_preamble
+
+BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
+
+
+def _inputs(shape, world, seed, device):
+    """Every rank's tensor (rank r's seeded with seed + r), the same list on every rank."""
+    return [torch.randn(*shape, generator=torch.Generator().manual_seed(seed + r)).to(device) for r in range(world)]
+
+
+def _error(call) -> str | None:
+    try:
+        call()
+    except (ValueError, NotImplementedError, TypeError) as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def matmul_all_reduce_variants(m, k, n):
+    """Upstream's bench_matmul_all_reduce(_stages) loop per all_reduce_variant: the preamble, then calls with
+    ``prepared`` cleared and the workspace's locks and aux_buffer zeroed between them; the result, and the
+    collective each call ran."""
+    ctx = iris.iris("32MiB", backend=BACKEND)
+    rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
+    As, B = _inputs((m, k), world, 10, device), _inputs((k, n), 1, 20, device)[0]
+    want = sum(a @ B for a in As)
+    report = {}
+    for variant in ("atomic", "two_shot", "one_shot", "ring", None):
+        A, C = ctx.zeros(m, k), ctx.full((m, n), 7.0)
+        A.copy_(As[rank])
+        config = FusedConfig(block_size_m=32, block_size_n=64, block_size_k=64, group_size_m=4, num_xcds=8,
+                             all_reduce_variant=variant)
+        workspace = matmul_all_reduce_preamble(ctx, C, A, B, config=config)
+        zeroed, prepared = bool((C == 0).all()), workspace.prepared
+        for _ in range(3):
+            if workspace.locks is not None:
+                workspace.locks.zero_()
+            if workspace.aux_buffer is not None:
+                workspace.aux_buffer.zero_()
+            workspace.prepared = False
+            returned = ctx.ops.matmul_all_reduce(C, A, B, config=config, workspace=workspace)
+        report[str(variant)] = {
+            "zeroed": zeroed, "prepared": prepared, "same_workspace": returned is workspace, "path": workspace.path,
+            "collective": workspace.collective.key[1], "locks": workspace.locks, "aux_buffer": workspace.aux_buffer,
+            "error": (C - want).abs().max().item()}
+    ctx.barrier()
+    return {"rank": rank, "report": report}
+
+
+def hbm_buffer(m, k_local, n):
+    """Upstream's bench_all_gather_matmul loop: the HBM-buffer preamble, then calls with the knobs its configs
+    give, C and the locks zeroed before each; the staging buffer, the flags, a per-row bias, and the errors."""
+    ctx = iris.iris("32MiB", backend=BACKEND)
+    rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
+    shards = _inputs((m, k_local), world, 30, device)
+    B = _inputs((world * k_local, n), 1, 40, device)[0]
+    A_sharded, C = ctx.zeros(m, k_local), ctx.zeros(m, n)
+    A_sharded.copy_(shards[rank])
+    want = torch.cat(shards, dim=1) @ B
+    config = FusedConfig(block_size_m=256, block_size_n=256, block_size_k=64, group_size_m=4, num_xcds=8)
+    workspace = all_gather_matmul_hbm_buffer_preamble(ctx, A_sharded, B, config, k_per_flag=8)
+    made = {"locks": [workspace.locks.dtype == torch.int32, ctx.is_symmetric(workspace.locks)],
+            "aux_buffer": [list(workspace.aux_buffer.shape), ctx.is_symmetric(workspace.aux_buffer)]}
+    for _ in range(3):
+        C.zero_(), workspace.locks.zero_()
+        returned = all_gather_matmul_hbm_buffer(ctx, C, A_sharded, B, config=config, workspace=workspace,
+                                                num_fetch_sms=16, k_per_flag=8, fetch_block_m=None, fetch_block_k=None,
+                                                num_warps=8, num_stages=2, num_fetch_stages=1,
+                                                first_stage_fetch_sms=52)
+    errors = {"product": (C - want).abs().max().item(),
+              "staged": max((workspace.aux_buffer[:, peer * k_local:(peer + 1) * k_local] - shards[peer]).abs().max()
+                            .item() for peer in range(world) if peer != rank)}
+    bias = torch.randn(m, generator=torch.Generator().manual_seed(50)).to(device)
+    all_gather_matmul_hbm_buffer(ctx, C, A_sharded, B, bias=bias)  # no config, no workspace: upstream's defaults
+    errors["bias"] = (C - (want + bias[:, None])).abs().max().item()
+    messages = {
+        "trace": _error(lambda: all_gather_matmul_hbm_buffer(ctx, C, A_sharded, B, trace=True)),
+        "column_bias": _error(lambda: all_gather_matmul_hbm_buffer(ctx, C, A_sharded, B, bias=torch.zeros(n + 1))),
+        "layout": _error(lambda: all_gather_matmul_hbm_buffer(ctx, C, A_sharded, B, staged_a_layout="tiled")),
+        "fetch_sms": _error(lambda: all_gather_matmul_hbm_buffer(ctx, C, A_sharded, B, num_fetch_sms=0)),
+        "sequential": _error(lambda: all_gather_matmul_hbm_buffer(ctx, C, A_sharded, B,
+                                                                  config=FusedConfig(variant="sequential"))),
+        "k": _error(lambda: all_gather_matmul_hbm_buffer_preamble(ctx, A_sharded, B[1:])),
+        "chunked_all_reduce": _error(lambda: ctx.ops.matmul_all_reduce(
+            ctx.zeros(m, n), ctx.zeros(m, k_local), B[:k_local],
+            config=FusedConfig(variant="chunked", all_reduce_variant="atomic"))),
+    }
+    ctx.barrier()
+    return {"rank": rank, "made": made, "path": workspace.path, "same_workspace": returned is workspace,
+            "errors": errors, "messages": messages}
+
+
+def heap_offset():
+    """bench_moe's reset of upstream's bump allocator: read ``ctx.heap.allocator.heap_offset``, allocate, drop, set
+    it back; the offsets read, whether the memory came back, and what setting it past tensors in use says."""
+    ctx = iris.iris("1MiB", backend=BACKEND)
+    allocator = ctx.heap.allocator
+    kept = ctx.zeros(10, name="kept")
+    kept_reserves = ctx.heap.usage().used  # the first allocation: it starts at offset 0
+    mark = allocator.heap_offset
+    scratch = ctx.zeros(1000, name="scratch")
+    scratch_address, grown = scratch.data_ptr(), allocator.heap_offset
+    del scratch
+    dropped = allocator.heap_offset
+    with warnings.catch_warnings(record=True) as quiet:
+        warnings.simplefilter("always")
+        allocator.heap_offset = mark
+    again = ctx.zeros(1000)
+    with warnings.catch_warnings(record=True) as loud:
+        warnings.simplefilter("always")
+        allocator.heap_offset = 0
+    messages = {"negative": _error(lambda: setattr(allocator, "heap_offset", -1)),
+                "past_the_heap": _error(lambda: setattr(allocator, "heap_offset", ctx.heap.size + 1)),
+                "not_an_int": _error(lambda: setattr(allocator, "heap_offset", 1.5))}
+    ctx.barrier()
+    return {"rank": ctx.cur_rank, "is_heap": allocator is ctx.heap, "mark": mark, "grown": grown, "dropped": dropped,
+            "reused": again.data_ptr() == scratch_address, "kept_ends": kept_reserves, "kept": kept.numel(),
+            "quiet": [str(w.message) for w in quiet],
+            "loud": [(w.category.__name__, str(w.message)) for w in loud], "messages": messages}
