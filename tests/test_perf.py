@@ -160,7 +160,9 @@ def test_bench_view_static_form_holds_table_and_picture(shell, monkeypatch):
     static = bundle["text/html"]
     assert "<table class='iris-bench-table'>" in static and "lambda: x.mul_(1.0)" in static
     assert '<img src="data:image/png;base64,' in static and "no hardware roofline" in static
-    assert bundle["text/plain"].startswith("BenchView of 2 candidates on 2 ranks (Triton interpreter)")
+    plain = bundle["text/plain"]  # the table too, where nothing can be drawn
+    assert plain.startswith("BenchView of 2 candidates on 2 ranks (Triton interpreter)"), plain
+    assert all(f"  {label} " in plain for label in ("add", "scale")) and "interpreter" in plain.splitlines()[-1], plain
     # The candidates ran on both ranks: x counted the adds.
     assert workbench.current().pull("bool((x > 0).all())") == [True, True]
     # The same, as an iris.bench benchmark inside the cluster.

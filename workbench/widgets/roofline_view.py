@@ -51,9 +51,10 @@ class BenchView(StaticForm, widgets.VBox):
         self.add_class("iris-bench-view")
 
     def summary(self) -> str:
+        """A headline, then the report's table: what a console or a log shows where no picture can be drawn."""
         fastest = min(self.report.results, key=lambda r: r.time_us)
         return (f"BenchView of {len(self.report.results)} candidates on {self.report.num_ranks} ranks "
-                f"({self.report.device}); fastest: {fastest.label} {fastest.time_us:.1f} µs")
+                f"({self.report.device}); fastest: {fastest.label} {fastest.time_us:.1f} µs\n{self.report}")
 
 
 def header(report) -> str:
