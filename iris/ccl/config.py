@@ -19,6 +19,20 @@ from enum import IntEnum
 ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "ring", "atomic")
 ALL_GATHER_VARIANTS = ("push", "pull")
 UPSTREAM_ALL_GATHER_VARIANTS = ("persistent", "partitioned")  # upstream's tiled kernels: accepted, picked by size
+MIN_BLOCK, MAX_BLOCK = 16, 1 << 20  # remote accesses are hinted 16-aligned; Triton's TRITON_MAX_TENSOR_NUMEL
+MAX_WARPS = 32  # 1024 threads, CUDA's largest block
+
+
+def is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+def nearest_power_of_two(value: int) -> int:
+    """The power of two nearest ``value`` (at least 1), to suggest in place of a refused size."""
+    if value < 1:
+        return 1
+    lower = 1 << (value.bit_length() - 1)
+    return lower if value - lower <= 2 * lower - value else 2 * lower
 
 
 class ReduceOp(IntEnum):
@@ -42,15 +56,17 @@ class Config:
     all_reduce_variant : {None, "one_shot", "two_shot", "ring", "atomic"}
         None picks by size (see :func:`iris.ccl.all_reduce.choose_variant`).
     block_size : int, optional
-        Elements one program moves per step of the flat (1-D) kernels; a multiple of 16. Default: 4096 on
-        a GPU, 1024 on the CPU interpreter (whose cost is per operation, not per element).
+        Elements one program moves per step of the flat (1-D) kernels: a power of two from 16 (the 16-element
+        alignment of remote accesses) to 2**20 (Triton's largest block), as the kernels' ``tl.arange`` needs.
+        Default: 4096 on a GPU, 1024 on the CPU interpreter (whose cost is per operation, not per element).
     block_size_m, block_size_n : int
-        Tile of the 2-D all_to_all kernel, powers of two.
+        Tile of the 2-D all_to_all kernel, powers of two whose product is at most 2**20.
     comm_sms : int, optional
         Most programs a collective launches. Kernels wait on other ranks, so every program must be resident
         at once: at most the SM count on a GPU (default: the SM count; 2 on the CPU interpreter).
     num_warps : int
-        Warps per program on a GPU.
+        Warps per program on a GPU: a power of two up to 32 (Triton's rule; 32 warps fill a CUDA block of 1024
+        threads). Checked on every backend, so that what runs on the CPU also runs on a GPU.
     use_gluon : bool
         Upstream's Gluon kernels; not available here (NotImplementedError when True).
     all_gather_variant : {None, "push", "pull", "persistent", "partitioned"}
@@ -104,18 +120,36 @@ class Config:
                              "or None (chosen by size)")
         if self.reduce_scatter_variant != "two_shot":
             raise ValueError(f"reduce_scatter_variant={self.reduce_scatter_variant!r}: only 'two_shot' exists")
-        if self.block_size is not None and (self.block_size <= 0 or self.block_size % 16):
-            raise ValueError(f"block_size={self.block_size}: use a positive multiple of 16")
+        for name in ("block_size", "block_size_m", "block_size_n", "comm_sms", "num_warps", "num_xcds", "chunk_size",
+                     "all_reduce_ring_slice_n", "swizzle_size", "all_reduce_num_rings", "num_stages", "waves_per_eu"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError(f"Config({name}={value!r}): use an int")
+        if self.block_size is not None and not (is_power_of_two(self.block_size)
+                                                and MIN_BLOCK <= self.block_size <= MAX_BLOCK):
+            raise ValueError(f"Config(block_size={self.block_size}): the flat kernels' blocks (tl.arange) need a power "
+                             f"of two from {MIN_BLOCK} to {MAX_BLOCK}; use "
+                             f"{min(max(nearest_power_of_two(self.block_size), MIN_BLOCK), MAX_BLOCK)} "
+                             "for instance")
         for name in ("block_size_m", "block_size_n"):
             value = getattr(self, name)
-            if value <= 0 or value & (value - 1):
-                raise ValueError(f"{name}={value}: use a power of two")
+            if not is_power_of_two(value):
+                raise ValueError(f"Config({name}={value}): all_to_all's tile (tl.arange) needs a power of two; use "
+                                 f"{nearest_power_of_two(value)} for instance")
+        if self.block_size_m * self.block_size_n > MAX_BLOCK:
+            raise ValueError(f"Config(block_size_m={self.block_size_m}, block_size_n={self.block_size_n}): a tile of "
+                             f"{self.block_size_m * self.block_size_n} elements is over Triton's {MAX_BLOCK}; use "
+                             "smaller tiles")
+        if not (is_power_of_two(self.num_warps) and self.num_warps <= MAX_WARPS):
+            raise ValueError(f"Config(num_warps={self.num_warps}): Triton launches a power of two of warps, at most "
+                             f"{MAX_WARPS} on NVIDIA GPUs; use {min(nearest_power_of_two(self.num_warps), MAX_WARPS)}")
         for name in ("comm_sms", "num_xcds", "chunk_size", "all_reduce_ring_slice_n"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"{name}={value}: use a positive number or None")
-        if self.num_warps <= 0 or self.swizzle_size <= 0 or self.all_reduce_num_rings <= 0:
-            raise ValueError("num_warps, swizzle_size and all_reduce_num_rings must be positive")
+        if self.swizzle_size <= 0 or self.all_reduce_num_rings <= 0:
+            raise ValueError(f"Config(swizzle_size={self.swizzle_size}, all_reduce_num_rings="
+                             f"{self.all_reduce_num_rings}): both must be positive")
         if self.num_stages < 1 or self.waves_per_eu < 0:
             raise ValueError(f"num_stages={self.num_stages}, waves_per_eu={self.waves_per_eu}: "
                              "num_stages must be >= 1 and waves_per_eu >= 0 (0: the compiler chooses)")
