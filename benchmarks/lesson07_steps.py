@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off, for NCCL too
@@ -36,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 import iris  # noqa: E402
 from benchmarks.allreduce import measure  # noqa: E402
 from benchmarks.lesson13_steps import relative_error  # noqa: E402
-from benchmarks.lesson_modules import write_lesson_modules  # noqa: E402
+from benchmarks.lesson_modules import lesson_directory  # noqa: E402
 from benchmarks.results import environment, write_lesson_block  # noqa: E402
 
 LESSON = ROOT / "notebooks" / "07_gemm_all_scatter.ipynb"
@@ -48,9 +47,7 @@ TIMED_MS = 40.0
 
 
 def lesson_module():
-    folder = tempfile.mkdtemp(prefix="lesson07_")
-    write_lesson_modules(LESSON, folder)
-    sys.path.insert(0, folder)
+    lesson_directory(LESSON)
     return __import__("gemm_all_scatter")
 
 

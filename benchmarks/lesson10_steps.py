@@ -24,7 +24,6 @@ import itertools
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off, for NCCL too
@@ -37,7 +36,7 @@ import triton.language as tl  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import iris  # noqa: E402
-from benchmarks.lesson_modules import write_lesson_modules  # noqa: E402
+from benchmarks.lesson_modules import lesson_directory  # noqa: E402
 from benchmarks.results import environment, write_lesson_block  # noqa: E402
 from iris.perf import replay_time  # noqa: E402
 
@@ -47,9 +46,7 @@ ROWS = (1, 16, 64)
 CALLS = 10  # calls per captured graph
 TIMED_MS = 40.0  # replays per measurement: about this long
 
-MODULES = tempfile.TemporaryDirectory(prefix="lesson10_")  # removed when the process ends
-sys.path.insert(0, MODULES.name)
-write_lesson_modules(LESSON, MODULES.name)
+lesson_directory(LESSON)
 import tp_all_reduce as tp  # noqa: E402  (the lesson's module, written just above)
 
 partial_tile = tp.partial_tile

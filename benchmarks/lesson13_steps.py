@@ -24,7 +24,6 @@ import itertools
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off, for NCCL too
@@ -36,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import iris  # noqa: E402
 from benchmarks.allreduce import measure  # noqa: E402
-from benchmarks.lesson_modules import write_lesson_modules  # noqa: E402
+from benchmarks.lesson_modules import lesson_directory  # noqa: E402
 from benchmarks.results import environment, write_lesson_block  # noqa: E402
 
 LESSON = ROOT / "notebooks" / "13_sequence_parallel_ag_gemm_rs.ipynb"
@@ -48,15 +47,13 @@ TIMED_MS = 40.0  # replays per measurement: about this long
 
 def lesson_modules():
     """(sequence_parallel, the exercise's ag_gemm_local_first), written from the lesson's cells and imported."""
-    folder = tempfile.mkdtemp(prefix="lesson13_")
-    write_lesson_modules(LESSON, folder)
+    folder = lesson_directory(LESSON)
     header = "%%iris_kernel --trace\nfrom sequence_parallel import multiply_tile, send_my_tile\n"
     cells = json.loads(LESSON.read_text())["cells"]
     (cell,) = ["".join(c["source"]) for c in cells if "".join(c["source"]).startswith(header)]
     kernel = cell[len("%%iris_kernel --trace\n"):cell.index("\n\n\nall_gather_gemm(")]  # the solution's kernel
-    Path(folder, "local_first.py").write_text(
+    (folder / "local_first.py").write_text(
         "import triton\nimport triton.language as tl\nfrom iris import DeviceContext\n" + kernel + "\n")
-    sys.path.insert(0, folder)
     return __import__("sequence_parallel"), __import__("local_first").ag_gemm_local_first
 
 

@@ -15,7 +15,6 @@ import argparse
 import importlib
 import os
 import sys
-import tempfile
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before NCCL starts: multicast stays off, for NCCL too
 
@@ -26,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import iris  # noqa: E402
 from benchmarks.allreduce import calls_per_graph, eager, measure  # noqa: E402
-from benchmarks.lesson_modules import write_lesson_modules  # noqa: E402
+from benchmarks.lesson_modules import lesson_directory  # noqa: E402
 from benchmarks.results import environment, write_section  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -36,9 +35,7 @@ LESSON = os.path.join(ROOT, "notebooks", "14_making_a_kernel_fast.ipynb")
 
 
 def lesson_module():
-    directory = tempfile.mkdtemp(prefix="iris-lesson14-")
-    write_lesson_modules(LESSON, directory)
-    sys.path.insert(0, directory)
+    lesson_directory(LESSON)
     return importlib.import_module("fast_all_gather")
 
 

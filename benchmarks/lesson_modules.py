@@ -8,12 +8,17 @@ Examples
 --------
 >>> write_lesson_modules("notebooks/14_making_a_kernel_fast.ipynb", "/tmp/lesson14")   # doctest: +SKIP
 ['fast_all_gather.py']
+>>> importlib.import_module("fast_all_gather")  # after lesson_directory(LESSON)         # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import json
+import sys
+import tempfile
 from pathlib import Path
+
+_directories: list[tempfile.TemporaryDirectory] = []  # held until the process ends, when each removes itself
 
 
 def write_lesson_modules(notebook: str | Path, directory: str | Path) -> list[str]:
@@ -35,3 +40,13 @@ def write_lesson_modules(notebook: str | Path, directory: str | Path) -> list[st
     if not written:
         raise ValueError(f"{notebook}: no %%writefile cell; nothing to import")
     return written
+
+
+def lesson_directory(notebook: str | Path) -> Path:
+    """A temporary directory holding ``notebook``'s modules (:func:`write_lesson_modules`), first on ``sys.path``
+    so they import by name, and removed when the process ends (every rank of a benchmark makes its own)."""
+    directory = tempfile.TemporaryDirectory(prefix=f"iris-{Path(notebook).stem[:24]}-")
+    _directories.append(directory)
+    write_lesson_modules(notebook, directory.name)
+    sys.path.insert(0, directory.name)
+    return Path(directory.name)
