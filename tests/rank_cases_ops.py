@@ -54,19 +54,20 @@ def every_op(m, k, n, dtypes):
         summed = sum(p.to(dtype).float() for p in products)
         for with_bias in (False, True):
             extra = bias.float() if with_bias else 0.0
+            summed_extra = world * extra  # every rank's bias goes with its product into the sum (iris.ops's meaning)
             b_arg = bias if with_bias else None
 
             out = ctx.zeros(m, n, dtype=dtype)
             first = ctx.ops.matmul_all_reduce(out, A, B, bias=b_arg)
             second = ctx.ops.matmul_all_reduce(out, A, B, bias=b_arg)
             assert first is second, "a repeated call reuses its workspace"
-            _close(out, summed + extra, dtype, f"matmul_all_reduce {dtype} bias={with_bias}")
+            _close(out, summed + summed_extra, dtype, f"matmul_all_reduce {dtype} bias={with_bias}")
             seen(second)
             for on_heap in (True, False):  # on the heap, peers push into out itself; else into a heap buffer
                 out = (ctx.zeros if on_heap else torch.zeros)(m, n, dtype=dtype, device=device)
                 for _ in range(CALLS):
                     seen(ctx.ops.matmul_all_reduce(out, A, B, bias=b_arg, config=CHUNKED))
-                _close(out, summed + extra, dtype,
+                _close(out, summed + summed_extra, dtype,
                        f"matmul_all_reduce chunked {dtype} bias={with_bias} out on heap={on_heap}")
 
             for variant, on_heap in (("sequential", False), ("chunked", False), ("chunked", True)):
@@ -91,7 +92,7 @@ def every_op(m, k, n, dtypes):
             if n % world == 0:
                 n_local = n // world
                 columns = slice(rank * n_local, (rank + 1) * n_local)
-                want = summed[:, columns] + (bias.float()[columns] if with_bias else 0.0)
+                want = summed[:, columns] + (world * bias.float()[columns] if with_bias else 0.0)
                 for config, on_heap in ((None, True), (CHUNKED, True), (CHUNKED, False)):
                     out = (ctx.zeros if on_heap else torch.zeros)(m, n_local, dtype=dtype, device=device)
                     for _ in range(CALLS):

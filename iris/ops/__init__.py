@@ -15,7 +15,15 @@ upstream's name for its staged kernel.
 Each is a function taking the context first (``iris.ops.matmul_all_reduce(ctx, out, A, B)``) and a method of
 ``ctx.ops`` (``ctx.ops.matmul_all_reduce(out, A, B)``); every rank calls it with the same shapes. fp16, bf16
 and fp32, any sizes (``N`` a multiple of the world size for reduce-scatter, ``K`` for all-gather-matmul's
-shards by construction); ``bias`` (N,) is added once. Inputs are left intact. Each call returns its
+shards by construction). Inputs are left intact.
+
+**Bias**, one meaning for every op and path (upstream Iris's formulas: ``all_reduce(A @ B + bias)``,
+``all_gather(A @ B + bias)``, ``reduce_scatter(A @ B + bias)``, ``all_gather(A_sharded) @ B + bias``): a rank's
+``bias`` (N,) goes with that rank's own product, before any communication. So matmul_all_reduce and
+matmul_reduce_scatter sum every rank's bias with the products (the same bias on every rank counts ``world``
+times: pass it on one rank and zeros on the others to add it once); matmul_all_gather's rows from rank s carry
+rank s's bias; all_gather_matmul's product is computed on each rank, which adds its own bias. The result never
+depends on the path. Each call returns its
 :class:`Workspace` (its ``path`` says how it ran); ``ctx.ops`` keeps one per op and shapes, so repeated calls
 allocate nothing and, after the first, can be captured in a CUDA graph. On GPUs an eager call repeated with
 the same tensors replays a CUDA graph of itself (:mod:`iris.ops.graphs`): one launch instead of the host
@@ -59,7 +67,10 @@ CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather, "all_gather_matmul": 
 
 
 def matmul_all_reduce(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
-    """``out = sum over ranks of A @ B (+ bias)``: A (M, K), B (K, N), out (M, N), on every rank.
+    """``out = sum over ranks of (A @ B + bias)``: A (M, K), B (K, N), bias (N,), out (M, N), on every rank.
+
+    Each rank's bias is added to its own product before the sum (upstream's ``all_reduce(A @ B + bias)``): the
+    biases of all ranks are summed, on every path.
 
     With ``async_op=True`` the final exchange may still run when the call returns: ``workspace.wait()``
     before reading ``out``.
@@ -76,7 +87,8 @@ def matmul_all_reduce(ctx, out, A, B, bias=None, async_op=False, config=None, wo
 
 
 def all_gather_matmul(ctx, out, A_sharded, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
-    """``out = A @ B`` where A (M, K) is every rank's ``A_sharded`` (M, K / world) side by side, in rank order.
+    """``out = A @ B (+ bias)`` where A (M, K) is every rank's ``A_sharded`` (M, K / world) side by side, in rank
+    order; each rank computes its own product and adds its own ``bias`` (N,).
 
     Examples
     --------
@@ -90,7 +102,8 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias=None, async_op=False, config=
 
 
 def matmul_all_gather(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
-    """``out`` (M * world, N) = every rank's ``A @ B (+ bias)`` (M, N), stacked along M in rank order.
+    """``out`` (M * world, N) = every rank's ``A @ B (+ bias)`` (M, N), stacked along M in rank order: the rows from
+    rank s carry rank s's ``bias`` (N,).
 
     Examples
     --------
@@ -104,7 +117,8 @@ def matmul_all_gather(ctx, out, A, B, bias=None, async_op=False, config=None, wo
 
 
 def matmul_reduce_scatter(ctx, out, A, B, bias=None, async_op=False, config=None, workspace=None) -> Workspace:
-    """``out`` (M, N / world) = this rank's column block of the sum over ranks of ``A @ B`` (+ its part of bias).
+    """``out`` (M, N / world) = this rank's column block of the sum over ranks of ``A @ B + bias``: each rank's
+    ``bias`` (N,) is added to its own product before the sum, as in :func:`matmul_all_reduce`.
 
     Upstream's variant takes a full (M, N) ``out`` and fills only this rank's tiles; a full-size ``out`` is
     refused here, with a message that says so.

@@ -127,8 +127,7 @@ def matmul_reduce_scatter(ctx, out, A, B, bias, async_op, workspace, chunks: int
     target = workspace.on_heap(ctx, "reduced", out)
     world, n_local = ctx.num_ranks, out.shape[1]
     blocks = [(slice(None), slice(j * n_local, (j + 1) * n_local)) for j in range(world)]
-    own_bias = bias[ctx.cur_rank * n_local:(ctx.cur_rank + 1) * n_local] if bias is not None else None
-    _reduce_in_pieces(ctx, target, A, B, own_bias, workspace, chunks, growth, blocks, send_per_peer=True,
+    _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks, growth, blocks, send_per_peer=True,
                       gather=False)
     if target is not out:
         out.copy_(target)
@@ -138,7 +137,8 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, growth: f
                       gather: bool):
     """Reduce rank j's block ``A[rows_j] @ B[:, columns_j]`` of every rank's product into rank j's ``target[rows_j]``
     (``blocks[j] = (rows_j, columns_j)``; the rows of A are the rows of target); with ``gather``, then copy
-    every rank's reduced block into every rank's target.
+    every rank's reduced block into every rank's target. ``bias`` (N,), this rank's, is added to each piece of
+    its own product (its columns of it) before the piece is sent or reduced: part of this rank's contribution.
 
     Rank r pushes its piece of j's block into j's ``target`` itself when r is j's next rank (so on 2 ranks
     nothing is staged), else into j's ``received[r]``, which j adds. Each piece lands with a signal
@@ -159,6 +159,8 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, growth: f
         sent = send[peer if send_per_peer else 0]
         for slot, piece in enumerate(split(rows, target.shape[0], chunks, growth)):
             torch.matmul(A[piece], B[:, columns], out=sent[piece])
+            if bias is not None:
+                sent[piece] += bias[columns]  # this rank's bias goes with its product
             with _on(copy):
                 _wait(copy, compute)  # this piece is computed
                 into[piece].copy_(sent[piece])
@@ -175,7 +177,7 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, growth: f
             if source != (rank + 1) % world:
                 target[piece] += received[source][piece]
         if bias is not None:
-            target[piece] += bias
+            target[piece] += bias[columns]  # this rank's own contribution's bias (the peers' came with theirs)
         if gather:
             with _on(copy):
                 _wait(copy, compute)  # this piece is reduced

@@ -23,22 +23,22 @@ def _into(out: torch.Tensor, result: torch.Tensor) -> None:
 
 
 def matmul_all_reduce(ctx, out, A, B, bias, async_op, workspace, all_reduce_variant=None):
-    """out = sum over ranks of A @ B (+ bias, once); ``all_reduce_variant`` names iris.ccl's algorithm (None: by
-    size)."""
+    """out = sum over ranks of (A @ B + bias), each rank's bias added to its own product before the sum;
+    ``all_reduce_variant`` names iris.ccl's algorithm (None: by size)."""
     partial = workspace.buffer(ctx, "partial", out.shape, out.dtype)
     reduced = workspace.on_heap(ctx, "reduced", out)
     torch.matmul(A, B, out=partial)
+    if bias is not None:
+        partial += bias  # this rank's bias is part of its contribution (iris.ops's one meaning of a bias)
     workspace.collective = ctx.ccl.all_reduce(reduced, partial, async_op=async_op, workspace=workspace.collective,
                                               config=Config(all_reduce_variant=all_reduce_variant)
                                               if all_reduce_variant is not None else None)
-    _wait_if_async(workspace, async_op, reduced is not out or bias is not None)
-    if bias is not None:
-        reduced += bias
+    _wait_if_async(workspace, async_op, reduced is not out)
     _into(out, reduced)
 
 
 def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace):
-    """out = (every rank's A_sharded, side by side along K) @ B."""
+    """out = (every rank's A_sharded, side by side along K) @ B (+ this rank's bias: the product is this rank's)."""
     world = ctx.num_ranks
     m, k_local = A_sharded.shape
     shard = workspace.on_heap(ctx, "shard", A_sharded)
@@ -53,7 +53,7 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace):
 
 
 def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace):
-    """out = every rank's A @ B, stacked along M in rank order."""
+    """out = every rank's A @ B (+ that rank's bias), stacked along M in rank order."""
     local = workspace.buffer(ctx, "local", (A.shape[0], B.shape[1]), out.dtype)
     torch.matmul(A, B, out=local)
     if bias is not None:
@@ -65,7 +65,8 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace):
 
 
 def matmul_reduce_scatter(ctx, out, A, B, bias, async_op, workspace):
-    """out = this rank's column block of the sum over ranks of A @ B (+ bias, its columns, once)."""
+    """out = this rank's column block of the sum over ranks of (A @ B + bias), each rank's bias added to its own
+    product before the sum."""
     world, rank = ctx.num_ranks, ctx.cur_rank
     m, n_local = out.shape
     # The column blocks, each contiguous and padded to the collective's 16-element chunk alignment, so that
@@ -73,11 +74,12 @@ def matmul_reduce_scatter(ctx, out, A, B, bias, async_op, workspace):
     block = chunk_size(world * m * n_local, world)
     blocks = workspace.buffer(ctx, "blocks", (world, block), out.dtype)
     for j in range(world):
-        torch.matmul(A, B[:, j * n_local:(j + 1) * n_local], out=blocks[j, :m * n_local].view(m, n_local))
+        block_j = blocks[j, :m * n_local].view(m, n_local)
+        torch.matmul(A, B[:, j * n_local:(j + 1) * n_local], out=block_j)
+        if bias is not None:
+            block_j += bias[j * n_local:(j + 1) * n_local]  # part of this rank's contribution, as in matmul_all_reduce
     workspace.collective = reduce_scatter(blocks, blocks, ctx, workspace=workspace.collective)
     out.copy_(blocks[rank, :m * n_local].view(m, n_local))
-    if bias is not None:
-        out += bias[rank * n_local:(rank + 1) * n_local]
 
 
 def _wait_if_async(workspace, async_op: bool, needed: bool) -> None:
