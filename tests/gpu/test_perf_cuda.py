@@ -1,7 +1,8 @@
 """iris.perf on GPUs: ceilings measured here are sane beside the spec sheet, a capturable call is graph-timed and
 one that synchronises is timed eagerly (and the report says why), ranks sharing a GPU are refused a timing.
 
-Bounds are loose on purpose: they catch a wrong unit or formula (10x off), never judge the machine's speed.
+No speed is asserted (a busy or throttled GPU is slow, not wrong): a ceiling is only checked to be above 0 and
+at most 1.1x the spec sheet's figure, which no machine exceeds and a wrong unit (1000x) or formula would.
 Run on a GPU machine by tests/gpu/run_gpu_checks.sh (or ``pytest tests/gpu/test_perf_cuda.py``).
 """
 
@@ -29,9 +30,9 @@ def test_ceilings_are_sane_beside_the_spec():
     assert len(result["links"]) == WORLD * (WORLD - 1) and result["peer_bytes"] >= 1 << 20
     assert result["spec"] is not None, "the GPUs we are lent are in the spec table"
     peak, hbm, peer = result["spec"]
-    assert 0.1 * peak < result["matmul_tflops"] < 1.1 * peak
-    assert 0.1 * hbm < result["copy_gbs"] < 1.1 * hbm
-    assert 0.1 * peer < result["peer_gbs"] < 1.1 * peer
+    assert 0 < result["matmul_tflops"] < 1.1 * peak
+    assert 0 < result["copy_gbs"] < 1.1 * hbm
+    assert 0 < result["peer_gbs"] < 1.1 * peer
 
 
 @one_per_gpu
