@@ -134,6 +134,71 @@ class _VolatileLoadCheck:
         warnings.warn(VolatileCacheModifierWarning(cache_modifier), stacklevel=4)  # at the kernel's call
 
 
+# Which element types Triton's atomics take (triton's ``atom_red_typechecking_impl`` and ``atomic_cas``, 3.6 to
+# 3.9; tests/test_device_diff.py checks this table against the installed triton's sm_90 compiler): an NVIDIA GPU
+# refuses the rest when compiling, and so does the CPU interpreter, but Triton's messages name neither the iris op
+# nor the rank (``atomic_sub`` on int8 said "atomic_add does not support int8").
+ATOMIC_ELEMENT_TYPES = {
+    "cas": ("fp64", "fp32", "fp16", "bf16", "int64", "int32", "int16", "uint64", "uint32", "uint16"),
+    "add": ("fp64", "fp32", "fp16", "bf16", "int64", "int32", "uint64", "uint32"),
+    "other": ("fp64", "fp32", "int64", "int32", "uint64", "uint32"),  # xchg, and, or, xor, min, max
+}
+
+
+class UnsupportedAtomicError(TypeError):
+    """An iris atomic on an element type that Triton's atomics do not take, on a GPU as on the CPU.
+
+    Examples
+    --------
+    >>> iris.atomic_sub(counter_i8, 1, rank, peer, heap_bases)   # doctest: +SKIP
+    Traceback (most recent call last):
+    iris.device.UnsupportedAtomicError: iris.atomic_sub on int8 (rank 0): ...
+    """
+
+    def __init__(self, op: str, element: str, rank):
+        where = f" (rank {rank})" if rank is not None else ""
+        super().__init__(
+            f"{op} on {element}{where}: Triton's atomics refuse {element} on every backend; an NVIDIA GPU refuses "
+            f"it too, when compiling (the CPU interpreter does the same, at run time). This op takes "
+            f"{', '.join(ATOMIC_ELEMENT_TYPES[_atomic_kind(op)])}. Keep the value in a wider tensor (int32 for small "
+            f"integers), or build it from atomic_cas on the 32-bit word that holds it.")
+
+
+@triton.constexpr_function
+def check_atomic_element(op, element):
+    """Refuse an atomic on an element type Triton's atomics do not take, naming the op, the type and the rank.
+
+    Called first by every iris atomic (functional, :class:`DeviceContext`, ``IrisDeviceCtx``); a constexpr
+    function, so it costs nothing in a compiled kernel and changes nothing the valid kernels compile to.
+
+    Raises
+    ------
+    UnsupportedAtomicError
+        A ``TypeError`` that names the op, the type, this process's rank and the types the op takes.
+
+    Examples
+    --------
+    >>> check_atomic_element("iris.atomic_add", tl.float16)   # accepted: returns None
+    """
+    _AtomicElementCheck(op, element)
+
+
+def _atomic_kind(op: str) -> str:
+    return "cas" if op.endswith("atomic_cas") else "add" if op.endswith(("atomic_add", "atomic_sub")) else "other"
+
+
+class _AtomicElementCheck:
+    """The check of :func:`check_atomic_element`, as a class (kernel code may refer to classes, not functions)."""
+
+    def __init__(self, op, element):
+        name = str(getattr(element, "value", element))
+        if name not in ATOMIC_ELEMENT_TYPES[_atomic_kind(op)]:
+            import torch.distributed as dist
+
+            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else _debug_rank
+            raise UnsupportedAtomicError(op, name, rank)
+
+
 @triton.jit
 def translate(ptr, from_rank, to_rank, heap_bases, hint: tl.constexpr = None, mask=None,
               heap_size_index=_SIZE_BEFORE_BASES):
@@ -272,6 +337,7 @@ def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None
     --------
     >>> old = iris.atomic_add(counter, 1, cur_rank, peer, heap_bases, sem="release", scope="sys")
     """
+    check_atomic_element("iris.atomic_add", pointer.dtype.element_ty)
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
     return tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -280,6 +346,7 @@ def atomic_add(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None
 def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
                hint: tl.constexpr = None):
     """Atomically subtract ``val`` from ``to_rank``'s copy of ``pointer``; return the old values."""
+    check_atomic_element("iris.atomic_sub", pointer.dtype.element_ty)
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
     return tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
 
@@ -288,6 +355,7 @@ def atomic_sub(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None
 def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
                 hint: tl.constexpr = None):
     """Atomically swap ``val`` into ``to_rank``'s copy of ``pointer``; return the old values."""
+    check_atomic_element("iris.atomic_xchg", pointer.dtype.element_ty)
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
     return tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -296,6 +364,7 @@ def atomic_xchg(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=Non
 def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
                hint: tl.constexpr = None):
     """Atomic bitwise xor into ``to_rank``'s copy of ``pointer``; return the old values."""
+    check_atomic_element("iris.atomic_xor", pointer.dtype.element_ty)
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
     return tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -304,6 +373,7 @@ def atomic_xor(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None
 def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
                hint: tl.constexpr = None):
     """Atomic bitwise and into ``to_rank``'s copy of ``pointer``; return the old values."""
+    check_atomic_element("iris.atomic_and", pointer.dtype.element_ty)
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
     return tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -312,6 +382,7 @@ def atomic_and(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None
 def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
               hint: tl.constexpr = None):
     """Atomic bitwise or into ``to_rank``'s copy of ``pointer``; return the old values."""
+    check_atomic_element("iris.atomic_or", pointer.dtype.element_ty)
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
     return tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -320,6 +391,7 @@ def atomic_or(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None,
 def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
                hint: tl.constexpr = None):
     """Atomic minimum into ``to_rank``'s copy of ``pointer``; return the old values."""
+    check_atomic_element("iris.atomic_min", pointer.dtype.element_ty)
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
     return tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -328,6 +400,7 @@ def atomic_min(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None
 def atomic_max(pointer, val, from_rank, to_rank, heap_bases, mask=None, sem=None, scope=None,
                hint: tl.constexpr = None):
     """Atomic maximum into ``to_rank``'s copy of ``pointer``; return the old values."""
+    check_atomic_element("iris.atomic_max", pointer.dtype.element_ty)
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint, mask)
     return tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
 
@@ -344,6 +417,7 @@ def atomic_cas(pointer, cmp, val, from_rank, to_rank, heap_bases, sem=None, scop
     >>> while iris.atomic_cas(lock, 0, 1, cur_rank, 0, heap_bases, sem="acquire") != 0:   # doctest: +SKIP
     ...     pass
     """
+    check_atomic_element("iris.atomic_cas", pointer.dtype.element_ty)
     remote = translate(pointer, from_rank, to_rank, heap_bases, hint)
     return tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
 
@@ -461,6 +535,7 @@ class DeviceContext:
     @triton.jit
     def atomic_add(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic add into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("iris.DeviceContext.atomic_add", pointer.dtype.element_ty)
         event = self.tracing.op_start(TraceEvent().atomic_add, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         result = tl.atomic_add(remote, val, mask=mask, sem=sem, scope=scope)
@@ -470,6 +545,7 @@ class DeviceContext:
     @triton.jit
     def atomic_sub(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic subtract from ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("iris.DeviceContext.atomic_sub", pointer.dtype.element_ty)
         event = self.tracing.op_start(TraceEvent().atomic_sub, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         result = tl.atomic_add(remote, -val, mask=mask, sem=sem, scope=scope)
@@ -479,6 +555,7 @@ class DeviceContext:
     @triton.jit
     def atomic_xchg(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic exchange with ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("iris.DeviceContext.atomic_xchg", pointer.dtype.element_ty)
         event = self.tracing.op_start(TraceEvent().atomic_xchg, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         result = tl.atomic_xchg(remote, val, mask=mask, sem=sem, scope=scope)
@@ -488,6 +565,7 @@ class DeviceContext:
     @triton.jit
     def atomic_xor(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic xor into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("iris.DeviceContext.atomic_xor", pointer.dtype.element_ty)
         event = self.tracing.op_start(TraceEvent().atomic_xor, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         result = tl.atomic_xor(remote, val, mask=mask, sem=sem, scope=scope)
@@ -497,6 +575,7 @@ class DeviceContext:
     @triton.jit
     def atomic_and(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic and into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("iris.DeviceContext.atomic_and", pointer.dtype.element_ty)
         event = self.tracing.op_start(TraceEvent().atomic_and, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         result = tl.atomic_and(remote, val, mask=mask, sem=sem, scope=scope)
@@ -506,6 +585,7 @@ class DeviceContext:
     @triton.jit
     def atomic_or(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic or into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("iris.DeviceContext.atomic_or", pointer.dtype.element_ty)
         event = self.tracing.op_start(TraceEvent().atomic_or, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         result = tl.atomic_or(remote, val, mask=mask, sem=sem, scope=scope)
@@ -515,6 +595,7 @@ class DeviceContext:
     @triton.jit
     def atomic_min(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic minimum into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("iris.DeviceContext.atomic_min", pointer.dtype.element_ty)
         event = self.tracing.op_start(TraceEvent().atomic_min, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         result = tl.atomic_min(remote, val, mask=mask, sem=sem, scope=scope)
@@ -524,6 +605,7 @@ class DeviceContext:
     @triton.jit
     def atomic_max(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic maximum into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("iris.DeviceContext.atomic_max", pointer.dtype.element_ty)
         event = self.tracing.op_start(TraceEvent().atomic_max, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
         result = tl.atomic_max(remote, val, mask=mask, sem=sem, scope=scope)
@@ -533,6 +615,7 @@ class DeviceContext:
     @triton.jit
     def atomic_cas(self, pointer, cmp, val, to_rank, sem=None, scope=None, hint: tl.constexpr = None):
         """Atomic compare-and-swap on ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("iris.DeviceContext.atomic_cas", pointer.dtype.element_ty)
         event = self.tracing.op_start(TraceEvent().atomic_cas, to_rank, pointer, None)
         remote = self.as_remote(pointer, to_rank, None, hint)
         result = tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)

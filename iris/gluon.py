@@ -36,7 +36,7 @@ from triton.experimental.gluon import language as gl
 from triton.language.core import TRITON_BUILTIN
 from triton.language.core import _aggregate as aggregate
 
-from .device import HEAP_SIZE_SLOT, translate, volatile_load_modifier
+from .device import HEAP_SIZE_SLOT, check_atomic_element, translate, volatile_load_modifier
 from .hints import layout_hints  # noqa: F401  (public here too: the workbench imports it from iris.gluon)
 from .tracing.device import DeviceTracing, initialize_tracing
 from .tracing.events import TraceEvent
@@ -192,6 +192,7 @@ class IrisDeviceCtx:
     @gluon.jit
     def atomic_add(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic add into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("IrisDeviceCtx.atomic_add", pointer.dtype.element_ty)
         pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
         event = self.tracing.op_start(TraceEvent().atomic_add, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
@@ -203,6 +204,7 @@ class IrisDeviceCtx:
     @gluon.jit
     def atomic_sub(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic subtract from ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("IrisDeviceCtx.atomic_sub", pointer.dtype.element_ty)
         pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
         event = self.tracing.op_start(TraceEvent().atomic_sub, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
@@ -214,6 +216,7 @@ class IrisDeviceCtx:
     @gluon.jit
     def atomic_xchg(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic exchange with ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("IrisDeviceCtx.atomic_xchg", pointer.dtype.element_ty)
         pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
         event = self.tracing.op_start(TraceEvent().atomic_xchg, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
@@ -225,6 +228,7 @@ class IrisDeviceCtx:
     @gluon.jit
     def atomic_xor(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic xor into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("IrisDeviceCtx.atomic_xor", pointer.dtype.element_ty)
         pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
         event = self.tracing.op_start(TraceEvent().atomic_xor, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
@@ -236,6 +240,7 @@ class IrisDeviceCtx:
     @gluon.jit
     def atomic_and(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic and into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("IrisDeviceCtx.atomic_and", pointer.dtype.element_ty)
         pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
         event = self.tracing.op_start(TraceEvent().atomic_and, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
@@ -247,6 +252,7 @@ class IrisDeviceCtx:
     @gluon.jit
     def atomic_or(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic or into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("IrisDeviceCtx.atomic_or", pointer.dtype.element_ty)
         pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
         event = self.tracing.op_start(TraceEvent().atomic_or, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
@@ -258,6 +264,7 @@ class IrisDeviceCtx:
     @gluon.jit
     def atomic_min(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic minimum into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("IrisDeviceCtx.atomic_min", pointer.dtype.element_ty)
         pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
         event = self.tracing.op_start(TraceEvent().atomic_min, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
@@ -269,6 +276,7 @@ class IrisDeviceCtx:
     @gluon.jit
     def atomic_max(self, pointer, val, to_rank, mask=None, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic maximum into ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("IrisDeviceCtx.atomic_max", pointer.dtype.element_ty)
         pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
         event = self.tracing.op_start(TraceEvent().atomic_max, to_rank, pointer, mask)
         remote = self.as_remote(pointer, to_rank, mask, hint)
@@ -280,6 +288,7 @@ class IrisDeviceCtx:
     @gluon.jit
     def atomic_cas(self, pointer, cmp, val, to_rank, sem=None, scope=None, hint: gl.constexpr = None):
         """Atomic compare-and-swap on ``to_rank``'s copy of ``pointer``; returns the old values."""
+        check_atomic_element("IrisDeviceCtx.atomic_cas", pointer.dtype.element_ty)
         pointer = anchor_auto_layout(pointer)  # one anchored block for the op and the event
         event = self.tracing.op_start(TraceEvent().atomic_cas, to_rank, pointer, None)
         remote = self.as_remote(pointer, to_rank, None, hint)
