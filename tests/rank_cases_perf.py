@@ -69,6 +69,7 @@ def bad_input() -> dict:
 
     refused("fails on rank 1", {"fine": lambda: x.add_(1), "divides": lambda: x.add_(1 / (1 - rank))})
     refused("flops differ", {"fine": lambda: x.add_(1)}, flops=100 * (rank + 1))
+    refused("ceilings differ", {"fine": lambda: x.add_(1)}, measure_ceilings=rank == 0)
     refused("needs a GPU", {"torch + NCCL": lambda: torch.ones(4, device="cuda")})
     refused("not callable", {"fine": "x.add_(1)"})
     ctx.barrier()

@@ -110,6 +110,8 @@ def test_failing_candidate_names_rank_and_label(refusals):
 def test_mismatched_flops_name_the_rank(refusals):
     for messages in refusals:
         assert "flops=200 on rank 1 but 100 on rank 0" in messages["flops differ"]
+        # on GPUs only rank 0 would measure the ceilings (a collective): refused on every rank instead
+        assert "measure_ceilings=False on rank 1 but True on rank 0" in messages["ceilings differ"]
 
 
 def test_gpu_only_candidate_on_cpu(refusals):

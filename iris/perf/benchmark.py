@@ -79,7 +79,8 @@ def run_benchmark(ctx, candidates: dict, flops=None, bytes=None, peer_bytes=None
     group = ctx.group.group
     declared = {"flops": flops, "bytes": bytes, "peer_bytes": peer_bytes}
     check_same_everywhere(ctx, group, {"labels": list(candidates), **declared, "dtype": str(dtype),
-                                       "n_warmup": n_warmup, "n_repeat": n_repeat})
+                                       "n_warmup": n_warmup, "n_repeat": n_repeat,
+                                       "measure_ceilings": measure_ceilings, "allow_shared_gpu": allow_shared_gpu})
     work = {key: per_label(value, candidates, key, ctx.cur_rank) for key, value in declared.items()}
     device, spec, ceilings, notes = roofs_here(ctx, group, dtype, measure_ceilings, allow_shared_gpu)
     for label, fn in candidates.items():  # a failure on one rank is said on all, before do_bench's barriers

@@ -202,7 +202,9 @@ def compare(ctx, candidates: dict, flops=None, bytes=None, peer_bytes=None, grap
     declared = {"flops": flops, "bytes": bytes, "peer_bytes": peer_bytes}
     check_same_everywhere(ctx, group, {  # first: whatever is wrong with them below is then wrong on every rank
         "labels": list(candidates), **declared, "graph": graph, "dtype": str(dtype),
-        "preamble": preamble is not None, "n_repeat": n_repeat, "n_warmup": n_warmup})
+        "preamble": preamble is not None, "n_repeat": n_repeat, "n_warmup": n_warmup,
+        # these pick collectives (ceilings, the refusal of shared GPUs): a rank that differs would wait alone
+        "measure_ceilings": measure_ceilings, "allow_shared_gpu": allow_shared_gpu})
     work = {name: per_label(value, candidates, name, ctx.cur_rank) for name, value in declared.items()}
     not_callable = {label: type(fn).__name__ for label, fn in candidates.items() if not callable(fn)}
     said = [f"rank {rank}: candidate {label!r} is a {kind}, not a callable"
