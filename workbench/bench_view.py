@@ -53,6 +53,8 @@ def bench(candidates, flops=None, bytes=None, peer_bytes=None, *, timeout: float
     >>> view.report.results[0].mode                                           # doctest: +SKIP
     'interpreter'
     """
+    import torch
+
     import workbench
 
     from .widgets.roofline_view import BenchView
@@ -64,18 +66,45 @@ def bench(candidates, flops=None, bytes=None, peer_bytes=None, *, timeout: float
     if not isinstance(options.get("preamble", ""), str):
         raise TypeError("workbench.bench: preamble= is an expression (a string) each rank evaluates to a callable, "
                         f"like the candidates; got {options['preamble']!r}")
+    dtype = _literal(options.get("dtype", "bfloat16"))
+    if not isinstance(dtype, str) or not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise TypeError(f"workbench.bench: dtype={options['dtype']!r} is not a torch dtype: give one or its name, "
+                        "e.g. torch.float16 or 'float16'")
     runner = options.get("runner", "compare")
     if runner not in RUNNERS or runner == "iris.bench" and {"graph", "preamble"} & set(options):
         raise TypeError(f"workbench.bench: runner={runner!r}: use one of {list(RUNNERS)} (graph= and preamble= go "
                         "with 'compare' only)")
     wb = workbench.current()
+    work = ", ".join(repr(_literal(value)) for value in (flops, bytes, peer_bytes))
     call = (f"from workbench.bench_view import measure_on_rank as _iris_measure_on_rank\n"
-            f"{REPORT_NAME} = _iris_measure_on_rank({expressions!r}, {flops!r}, {bytes!r}, {peer_bytes!r}, "
-            f"{options!r})\n")
+            f"{REPORT_NAME} = _iris_measure_on_rank({expressions!r}, {work}, {_literal(options)!r})\n")
     report = wb.run(call, timeout=timeout)
     display_hang(report)
     report.raise_on_failure()
     return BenchView(wb.pull(REPORT_NAME, ranks=[0])[0], expressions)
+
+
+def _literal(value):
+    """``value`` as Python literals, so that its repr runs in a rank's namespace whatever that imported: numpy
+    numbers as int or float, a torch dtype as its name (``measure_on_rank`` turns the name back), dicts inside.
+
+    Examples
+    --------
+    >>> import numpy, torch
+    >>> _literal({"flops": numpy.int64(8), "dtype": torch.float16, "graph": True})
+    {'flops': 8, 'dtype': 'float16', 'graph': True}
+    """
+    import numbers
+
+    import torch
+
+    if isinstance(value, dict):
+        return {key: _literal(item) for key, item in value.items()}
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return value
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
 def _expressions(candidates) -> dict:
@@ -119,7 +148,7 @@ def measure_on_rank(expressions: dict, flops, nbytes, peer_bytes, options: dict)
     options = dict(options)
     if preamble is not None:
         options["preamble"] = preamble["value"]
-    if "dtype" in options:  # a name, or a torch dtype (its repr evaluated on the rank)
-        options["dtype"] = getattr(torch, str(options["dtype"]).removeprefix("torch."))
+    if "dtype" in options:  # a name (bench() sends a torch dtype by its name)
+        options["dtype"] = getattr(torch, options["dtype"])
     measure = iris.perf.run_benchmark if options.pop("runner", "compare") == "iris.bench" else iris.perf.compare
     return measure(ctx, {label: f["value"] for label, f in found.items()}, flops, nbytes, peer_bytes, **options)
