@@ -52,6 +52,17 @@ def test_roofline_arithmetic():
     assert roofline.share_of_roof(20.0, roof, 10.0) == 0.5
 
 
+def test_roofline_picture_leaves_out_candidates_without_flops():
+    from iris.perf import CandidateResult, PerfReport
+    from workbench.widgets.roofline_view import draw
+
+    # A copy declares bytes and flops=0: intensity 0 has no place on log axes (it divided by zero before).
+    copy = CandidateResult("copy", 10.0, (10.0, 9.0), "graph", tflops=0.0, gbs=100.0, intensity=0.0)
+    mm = CandidateResult("mm", 20.0, (20.0, 19.0), "graph", tflops=500.0, gbs=100.0, intensity=300.0)
+    report = PerfReport("cuda", "NVIDIA H200", 2, "bfloat16", (copy, mm), specs.find("NVIDIA H200"))
+    assert draw(report).startswith(b"\x89PNG")
+
+
 @pytest.fixture(scope="module")
 def cpu_compare():
     return run_ranks(2, f"{CASES}:compare_on_cpu", timeout=240)

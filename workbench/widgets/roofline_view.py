@@ -107,7 +107,8 @@ def draw(report) -> bytes:
 
 
 def _roofline(axes, report, roofs) -> None:
-    placed = [r for r in report.results if r.intensity is not None and r.tflops is not None]
+    # Log axes: a candidate declaring no flops (or none per byte) has no point on them.
+    placed = [r for r in report.results if r.intensity and r.tflops]
     low = min([r.intensity for r in placed] + [roof.ridge for roof in roofs] + [1.0]) / 4
     high = max([r.intensity for r in placed] + [roof.ridge for roof in roofs]) * 4
     xs = [low * (high / low) ** (i / 200) for i in range(201)]
@@ -119,7 +120,7 @@ def _roofline(axes, report, roofs) -> None:
             continue
         axes.plot([r.intensity], [r.tflops], "o", color=COLOURS[index % len(COLOURS)], label=r.label)
     axes.set(xscale="log", yscale="log", xlabel="flops per byte of memory traffic", ylabel="TFLOP/s")
-    axes.set_title("roofline" + ("" if placed else " (declare flops and bytes to place candidates)"), fontsize=9)
+    axes.set_title("roofline" + ("" if placed else " (declare flops > 0 and bytes to place candidates)"), fontsize=9)
     axes.legend(fontsize=7, loc="lower right")
 
 
