@@ -63,6 +63,24 @@ def test_roofline_picture_leaves_out_candidates_without_flops():
     assert draw(report).startswith(b"\x89PNG")
 
 
+def test_bandwidth_picture_where_no_candidate_declares_flops():
+    from iris.perf import CandidateResult, Ceilings, PerfReport
+    from workbench.widgets.roofline_view import _bandwidth_ceilings, draw
+
+    measured = Ceilings("bfloat16", 700.0, 4000.0, {(0, 1): 380.0, (1, 0): 370.0}, 1 << 28)
+    gathers = (CandidateResult("mine", 100.0, (100.0, 99.0), "graph", gbs=2000.0, peer_gbs=330.0),
+               CandidateResult("NCCL", 110.0, (110.0, 99.0), "graph", gbs=1900.0, peer_gbs=300.0))
+    report = PerfReport("cuda", "NVIDIA H200", 2, "bfloat16", gathers, specs.find("NVIDIA H200"), measured)
+    # Peer bytes declared: the link's ceilings (one direction; the slowest measured link).
+    assert _bandwidth_ceilings(report) == ("peer link", "peer_gbs", {"H200 SXM spec": 450.0, "measured": 370.0})
+    assert draw(report).startswith(b"\x89PNG")
+    copies = tuple(CandidateResult(r.label, r.time_us, r.per_rank_us, r.mode, gbs=r.gbs) for r in gathers)
+    copies_report = PerfReport("cuda", "NVIDIA H200", 2, "bfloat16", copies, None, measured)
+    assert _bandwidth_ceilings(copies_report) == ("memory", "gbs", {"measured": 4000.0})
+    on_cpu = PerfReport("cpu", "Triton interpreter", 2, "bfloat16", copies)
+    assert _bandwidth_ceilings(on_cpu) is None and draw(on_cpu).startswith(b"\x89PNG")
+
+
 @pytest.fixture(scope="module")
 def cpu_compare():
     return run_ranks(2, f"{CASES}:compare_on_cpu", timeout=240)

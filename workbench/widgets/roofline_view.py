@@ -3,7 +3,9 @@ the times of every rank.
 
 The roofline is log-log, arithmetic intensity (flops per byte of memory traffic) against TFLOP/s: the spec
 sheet's roof solid, the roof measured on the spot dashed, each candidate a point where it declared both flops and
-bytes. Beside it, each candidate's time: a bar for the slowest rank, a tick per rank. On the CPU backend there is
+bytes. Where none declared flops (a copy, a collective), each candidate's GB/s is a bar against the ceilings
+instead: the peer link's (spec solid, measured peer copy dashed) where peer bytes were declared, else the
+memory's. Beside it, each candidate's time: a bar for the slowest rank, a tick per rank. On the CPU backend there is
 no roof to draw, and the times are the interpreter's: the view says so.
 
 Examples
@@ -95,20 +97,59 @@ def alt_text(report) -> str:
 
 
 def draw(report) -> bytes:
-    """PNG: the roofline (where there is a roof) and the times per candidate."""
+    """PNG: the roofline where candidates declared flops and bytes (else, where they declared bytes, their GB/s
+    against the link's or the memory's ceilings), and the times per candidate."""
     roofs = report.roofs()
-    figure = Figure(figsize=(10.5 if roofs else 5.5, 3.6), dpi=DPI)
-    if roofs:
+    bandwidth = None if _placed(report) else _bandwidth_ceilings(report)
+    two_panels = bool(bandwidth or roofs)
+    figure = Figure(figsize=(10.5 if two_panels else 5.5, 3.6), dpi=DPI)
+    if bandwidth:
+        _bandwidth(figure.add_axes((0.17, 0.14, 0.3, 0.76)), report, *bandwidth)  # room for the labels
+    elif roofs:
         _roofline(figure.add_axes((0.07, 0.14, 0.4, 0.76)), report, roofs)
-    _times(figure.add_axes((0.62, 0.14, 0.35, 0.76) if roofs else (0.3, 0.14, 0.65, 0.76)), report)
+    _times(figure.add_axes((0.62, 0.14, 0.35, 0.76) if two_panels else (0.3, 0.14, 0.65, 0.76)), report)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI)
     return buffer.getvalue()
 
 
+def _placed(report) -> list:
+    """The candidates with a point on the roofline: log axes have no place for 0 flops (or none per byte)."""
+    return [r for r in report.results if r.intensity and r.tflops]
+
+
+def _bandwidth_ceilings(report):
+    """(what, GB/s attribute, {roof label: GB/s}) for the bandwidth picture: the peer link where a candidate
+    declared peer bytes, else the memory where one declared bytes; None where neither or no ceiling is known."""
+    peer = any(r.peer_gbs for r in report.results)
+    if not peer and not any(r.gbs for r in report.results):
+        return None
+    ceilings = {}
+    if report.spec is not None:
+        ceilings[f"{report.spec.name} spec"] = report.spec.peer_gbs if peer else report.spec.hbm_gbs
+    if report.ceilings is not None and (report.ceilings.peer_gbs or not peer):
+        ceilings["measured"] = report.ceilings.peer_gbs if peer else report.ceilings.copy_gbs
+    what = "peer link" if peer else "memory"
+    return (what, "peer_gbs" if peer else "gbs", ceilings) if ceilings else None
+
+
+def _bandwidth(axes, report, what: str, attribute: str, ceilings: dict) -> None:
+    """Each candidate's achieved GB/s (a bar) against the ceilings of ``what`` (a vertical line each)."""
+    results = list(report.results)
+    positions = range(len(results))
+    axes.barh(positions, [getattr(r, attribute) or 0.0 for r in results],
+              color=[COLOURS[i % len(COLOURS)] for i in positions])
+    for label, gbs in ceilings.items():
+        axes.axvline(gbs, color="black", linestyle=ROOF_STYLES.get(label, "-"), label=f"{label}: {gbs:.0f} GB/s")
+    axes.set_yticks(list(positions), [r.label for r in results], fontsize=8)
+    axes.invert_yaxis()
+    axes.set_xlabel(f"GB/s over the {what}" + (", one direction" if what == "peer link" else ", read + write"))
+    axes.set_title(f"GB/s against the {what}'s ceilings (no flops: no roofline)", fontsize=9)
+    axes.legend(fontsize=7, loc="lower right")
+
+
 def _roofline(axes, report, roofs) -> None:
-    # Log axes: a candidate declaring no flops (or none per byte) has no point on them.
-    placed = [r for r in report.results if r.intensity and r.tflops]
+    placed = _placed(report)
     low = min([r.intensity for r in placed] + [roof.ridge for roof in roofs] + [1.0]) / 4
     high = max([r.intensity for r in placed] + [roof.ridge for roof in roofs]) * 4
     xs = [low * (high / low) ** (i / 200) for i in range(201)]
