@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks import fused_ops  # noqa: E402
 from benchmarks.allreduce import calls_per_graph, measure  # noqa: E402
+from benchmarks.lesson_ranks import gpu_rank  # noqa: E402
 from benchmarks.results import environment  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -58,10 +59,7 @@ def ops_case(ctx, rank, world):
 
 
 def main() -> None:
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
-    ctx = iris.iris("4GiB", backend="cuda")
+    ctx = gpu_rank("4GiB")
     rank, world = ctx.cur_rank, ctx.num_ranks
     lines, last_reports = [], []
     for name, bench, candidates, work in [*all_reduce_cases(ctx, world), ops_case(ctx, rank, world)]:

@@ -35,8 +35,8 @@ import triton.language as tl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-import iris  # noqa: E402
 from benchmarks.lesson_modules import lesson_directory  # noqa: E402
+from benchmarks.lesson_ranks import gpu_rank  # noqa: E402
 from benchmarks.results import environment, write_lesson_block  # noqa: E402
 from iris.perf import replay_time  # noqa: E402
 
@@ -89,10 +89,7 @@ def main() -> None:
         if args.write:
             write_lesson_block("10", "benchmarks/lesson10_steps.py", lines)
         return
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
-    ctx = iris.iris("1GiB", backend="cuda")
+    ctx = gpu_rank("1GiB")
     world, rank = ctx.num_ranks, ctx.cur_rank
     configs = dict(tp.GPU_STEPS)
     if args.sweep:

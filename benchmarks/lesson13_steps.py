@@ -33,9 +33,9 @@ import torch.distributed as dist  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-import iris  # noqa: E402
 from benchmarks.allreduce import measure  # noqa: E402
 from benchmarks.lesson_modules import lesson_directory  # noqa: E402
+from benchmarks.lesson_ranks import gpu_rank  # noqa: E402
 from benchmarks.results import environment, write_lesson_block  # noqa: E402
 
 LESSON = ROOT / "notebooks" / "13_sequence_parallel_ag_gemm_rs.ipynb"
@@ -84,10 +84,7 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="also time every configuration of sweep_configs()")
     parser.add_argument("--write", action="store_true", help="write the steps' table into benchmarks/RESULTS.md")
     args = parser.parse_args()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
-    ctx = iris.iris("1GiB", backend="cuda")
+    ctx = gpu_rank("1GiB")
     sp, ag_gemm_local_first = lesson_modules()
     world, rank = ctx.num_ranks, ctx.cur_rank
     m_local, w_local = TOKENS // world, WIDTH // world

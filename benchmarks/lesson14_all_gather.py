@@ -26,6 +26,7 @@ sys.path.insert(0, ROOT)
 import iris  # noqa: E402
 from benchmarks.allreduce import calls_per_graph, eager, measure  # noqa: E402
 from benchmarks.lesson_modules import lesson_directory  # noqa: E402
+from benchmarks.lesson_ranks import gpu_rank  # noqa: E402
 from benchmarks.results import environment, write_section  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -95,10 +96,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sweep", action="store_true", help="time step 4's block sizes and grids")
     args = parser.parse_args()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
-    ctx = iris.iris("1GiB", backend="cuda")
+    ctx = gpu_rank("1GiB")
     module = lesson_module()
     if args.sweep:
         for nbytes in SIZES:
