@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from .compare import PerfReport, check_same_everywhere, first_call, judge, per_label, roofs_here
-from .replay import ReplayTiming, everyone
+from .replay import ReplayTiming, every_rank_us
 
 AXIS = "candidate"
 PEER_COUNTER = "peer_bytes"
@@ -90,7 +90,7 @@ def run_benchmark(ctx, candidates: dict, flops=None, bytes=None, peer_bytes=None
     mode = "iris.bench" if ctx.backend == "cuda" else "interpreter"
     rows = []
     for result in results:
-        per_rank = tuple(ms * 1e3 for ms in everyone(result.gpu_time_ms, group))
+        per_rank = every_rank_us(result.gpu_time_ms, group)
         timing = ReplayTiming(max(per_rank), per_rank, False, "iris.do_bench: each call on its own, L2 flushed, mean")
         label = result.params[AXIS]
         rows.append(judge(label, timing, mode, {k: v[label] for k, v in work.items()}, spec, ceilings, dtype))

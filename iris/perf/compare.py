@@ -30,7 +30,7 @@ from . import ceilings as ceilings_module
 from . import specs
 from .errors import PerfError
 from .placement import shared_groups, sharing_message, this_gpu
-from .replay import TIMED_MS, ReplayTiming, capture, everyone, replay_time
+from .replay import TIMED_MS, ReplayTiming, capture, every_rank_us, everyone, replay_time
 from .roofline import Roof, intensity, share_of_roof
 
 GRAPH_US = 1000.0  # calls per graph: enough that one replay lasts about this long (graph launch amortised) ...
@@ -303,7 +303,7 @@ def _time(ctx, group, label, fn, on_gpu, graph, n_warmup, n_repeat, preamble, ti
     if not on_gpu:
         ms = do_bench(fn, barrier_fn=ctx.barrier, preamble_fn=preamble or (lambda: None), n_warmup=n_warmup,
                       n_repeat=n_repeat or CPU_REPEAT, return_mode="median")
-        per_rank = tuple(t * 1e3 for t in everyone(ms, group))  # ms -> µs
+        per_rank = every_rank_us(ms, group)
         return ReplayTiming(max(per_rank), per_rank, False), "interpreter"
     if preamble is not None:
         return _time_with_preamble(ctx, group, label, fn, graph, n_warmup, n_repeat, preamble)
@@ -335,7 +335,7 @@ def _time_with_preamble(ctx, group, label, fn, graph, n_warmup, n_repeat, preamb
                         f"{whys[0][0]}), and graph=True was asked: pass graph='auto' to time it eagerly")
     ms = do_bench(fn if whys else replay, barrier_fn=ctx.barrier, preamble_fn=preamble, n_warmup=n_warmup,
                   n_repeat=n_repeat or 20, return_mode="median")
-    per_rank = tuple(t * 1e3 for t in everyone(ms, group))
+    per_rank = every_rank_us(ms, group)
     why_eager = (why if graph is False else "; ".join(f"rank {rank}: {w}" for rank, w in whys)) if whys else None
     return ReplayTiming(max(per_rank), per_rank, not whys, why_eager), "eager" if whys else "graph"
 

@@ -44,6 +44,12 @@ def everyone(value, group=None) -> list:
     return out
 
 
+def every_rank_us(ms: float, group=None) -> tuple[float, ...]:
+    """Every rank's time ``ms`` (milliseconds, as :func:`iris.do_bench` gives it) in µs, in rank order
+    (collective)."""
+    return tuple(t * 1e3 for t in everyone(ms, group))
+
+
 def capture(fn, calls: int):
     """(a function replaying ``calls`` calls of ``fn``, None) or (None, why the capture failed)."""
     graph = torch.cuda.CUDAGraph()
@@ -119,5 +125,5 @@ def replay_time(fn, calls: int = 1, timed_ms: float = TIMED_MS, *, group=None, g
         run()
     end.record()
     end.synchronize()
-    per_rank = tuple(everyone(start.elapsed_time(end) * 1e3 / (n_repeat * calls), group))
+    per_rank = every_rank_us(start.elapsed_time(end) / (n_repeat * calls), group)
     return ReplayTiming(max(per_rank), per_rank, not failed, why if failed else None)
