@@ -57,9 +57,12 @@ def capture(fn, calls: int):
         with torch.cuda.graph(graph):
             for _ in range(calls):
                 fn()
-    except RuntimeError as exc:  # e.g. a library call that cannot be captured
+    except Exception as exc:  # e.g. a library call that cannot be captured
+        # Any exception, not only CUDA's RuntimeError: the caller gathers every rank's answer, and a rank that
+        # raised here instead would leave its peers waiting in that gather.
         torch.cuda.synchronize()
-        return None, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return None, f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
     return graph.replay, None
 
 
