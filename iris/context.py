@@ -24,11 +24,13 @@ import weakref
 from types import MappingProxyType
 
 import torch
+import torch.distributed as dist
 
 from . import logging as _log
 from . import tensor_creation
 from .backend import choose_allocator, choose_backend
 from .ccl import CCL
+from .ccl.groups import members as ccl_members
 from .checking import Race, choose_check
 from .device import HEAP_SIZE_SLOT, enable_debug_checks
 from .device import DeviceContext as TritonContext  # noqa: F401  (upstream's name, iris.context.TritonContext)
@@ -321,20 +323,30 @@ class Iris:
 
     # -- synchronisation and exchange -----------------------------------------------------------
     def barrier(self, stream=None, group=None) -> None:
-        """Wait for this rank's device work, then for every rank (host-side barrier)."""
-        if group is not None:
-            raise NotImplementedError("barrier over a sub-group is not supported yet: pass group=None")
+        """Wait for this rank's device work, then for every rank of ``group`` (host-side barrier).
+
+        ``group``: None or ``dist.group.WORLD`` for every rank, or a torch.distributed sub-group whose members
+        alone call (:mod:`iris.ccl.groups`); a rank outside it gets a ``ValueError``.
+        """
+        sub_group = ccl_members(self, group, "barrier").group
         if stream is not None:
             stream.synchronize()
         else:
             self.heap.memory.synchronize()
-        if self._race_detector is not None:
+        if sub_group is not None:
+            if self._race_detector is not None:
+                raise NotImplementedError(f"rank {self.cur_rank}: barrier over a sub-group with the race checker "
+                                          "on: the checker orders accesses at barriers of every rank; use "
+                                          "group=None while it runs")
+            dist.barrier(group=sub_group)
+        elif self._race_detector is not None:
             self._race_detector.host_barrier(self.group)  # the barrier, telling the race checker too
         else:
             self.group.barrier()
 
     def device_barrier(self, group=None) -> None:
-        """Barrier on the device: this rank's later stream work waits until every rank's earlier work is done.
+        """Barrier on the device: this rank's later stream work waits until every rank's earlier work is done
+        (every rank of ``group``, a torch.distributed group whose members alone call; None: all ranks).
 
         Flags on the heap (release/acquire) and a call counter on the device; no host synchronisation, so it
         can be captured in a CUDA graph once a first call (which allocates the flags, collectively) has run.

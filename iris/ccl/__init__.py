@@ -12,7 +12,12 @@ Common rules:
   elsewhere is a ``ValueError``: other ranks access it directly, so it must sit at the same heap offset on
   every rank;
 * inputs are left intact; which collectives may run in place is said in each one's documentation;
-* ``op`` is SUM only (other ``ReduceOp`` values raise NotImplementedError); ``group`` must be None;
+* ``op`` is SUM only (other ``ReduceOp`` values raise NotImplementedError);
+* ``group``: None or ``dist.group.WORLD`` (every rank), or a torch.distributed sub-group of evenly spaced
+  ranks (``[0, 1]``, ``[0, 2]``): its members alone call, and ranks inside the kernels are the group's
+  (:mod:`iris.ccl.groups`); each group keeps its own workspaces. The call that allocates a group's workspace
+  (its first with a shape) allocates on the heap, which is collective over every rank: make it on every rank
+  at once, each rank with its own group;
 * ``async_op=False``: in stream order after the call the output is complete and the tensors reusable.
   ``async_op=True``: the final flag exchange (where there is one) is skipped; call ``wait()`` on the
   returned workspace (a device barrier, upstream's "barrier at the end") before touching the tensors or

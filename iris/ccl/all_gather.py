@@ -26,11 +26,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..device import DeviceContext
 from .config import ALL_GATHER_VARIANTS, Config
 from .fast_path import call_key, launch, replay
+from .groups import GroupContext, members
 from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
-from .launch import block_size, cdiv, check_group, check_tensors, hint, overlaps, programs
+from .launch import block_size, cdiv, check_tensors, hint, overlaps, programs
 from .sync import exchange
 from .workspace import Workspace, reuse_or_allocate
 
@@ -55,8 +55,9 @@ def choose_gather_variant(requested: str | None, nbytes: int, world: int) -> str
 
 @triton.jit
 def push_kernel(context, inp, out, inbox, flags, epochs, n, stride, rank: tl.constexpr, world: tl.constexpr,
+                rank_start: tl.constexpr, rank_stride: tl.constexpr, num_ranks: tl.constexpr,
                 BLOCK: tl.constexpr, HINT: tl.constexpr):
-    ctx = DeviceContext.initialize(context, rank, world)
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     epoch = tl.load(epochs + pid) + 1
@@ -72,10 +73,11 @@ def push_kernel(context, inp, out, inbox, flags, epochs, n, stride, rank: tl.con
 
 @triton.jit
 def pull_kernel(context, src, src_step, out, flags, epochs, n, rank: tl.constexpr, world: tl.constexpr,
+                rank_start: tl.constexpr, rank_stride: tl.constexpr, num_ranks: tl.constexpr,
                 BLOCK: tl.constexpr, WAIT_DONE: tl.constexpr, HINT: tl.constexpr):
     # Rank s's input is at src + s * src_step: src_step is 0 for a separate input (same offset on every
     # rank), n in place (each rank's input is its own slice of the output, at a different offset).
-    ctx = DeviceContext.initialize(context, rank, world)
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     epoch = tl.load(epochs + pid) + 1
@@ -99,11 +101,13 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     Parameters
     ----------
     output_tensor : torch.Tensor
-        Shape ``(world * M, ...)``, contiguous, on the heap.
+        Shape ``(world * M, ...)`` (``world``: the group's size), contiguous, on the heap.
     input_tensor : torch.Tensor
         Shape ``(M, ...)``, same dtype, contiguous, on the heap; may be this rank's slice of the output.
     ctx : iris.Iris
-    group : None
+    group : torch.distributed.ProcessGroup, optional
+        None or ``dist.group.WORLD``: every rank; else the group's members, who alone call: member ``i``'s
+        input lands in rows ``[i * M, (i + 1) * M)`` (:mod:`iris.ccl.groups`).
     async_op : bool
         True: return at once; ``wait()`` on the result (a device barrier) before reusing the tensors.
     config : Config, optional
@@ -125,29 +129,29 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     if replay(ctx, workspace, call, tensors):  # the same call as before: checked, planned and compiled
         return workspace
     config = config or Config()
-    check_group(ctx, group)
+    group_of_call = members(ctx, group, "all_gather")
     check_tensors(ctx, "all_gather", output_tensor, input_tensor)
-    world, rank, n = ctx.num_ranks, ctx.cur_rank, input_tensor.numel()
+    world, rank, n = group_of_call.size, group_of_call.rank, input_tensor.numel()
     expected = (world * input_tensor.shape[0], *input_tensor.shape[1:]) if input_tensor.dim() else (world,)
     if tuple(output_tensor.shape) != expected:
-        raise ValueError(f"rank {rank}: all_gather of input {list(input_tensor.shape)} over {world} ranks needs "
-                         f"an output of shape {list(expected)}, got {list(output_tensor.shape)}")
+        raise ValueError(f"rank {ctx.cur_rank}: all_gather of input {list(input_tensor.shape)} over {world} ranks "
+                         f"needs an output of shape {list(expected)}, got {list(output_tensor.shape)}")
     own_slice = output_tensor.data_ptr() + rank * n * output_tensor.element_size()
     if overlaps(output_tensor, input_tensor) and input_tensor.data_ptr() != own_slice:
-        raise ValueError(f"rank {rank}: all_gather input overlaps the output other than as this rank's slice "
-                         f"out[{rank} * M:{rank + 1} * M]; use that slice or a separate tensor")
+        raise ValueError(f"rank {ctx.cur_rank}: all_gather input overlaps the output other than as this rank's "
+                         f"slice out[{rank} * M:{rank + 1} * M]; use that slice or a separate tensor")
     block = block_size(ctx, config)
     grid = programs(ctx, config, cdiv(n, block))
     variant = choose_gather_variant(config.all_gather_variant, n * input_tensor.element_size(), world)
-    key = ("all_gather", variant, n, input_tensor.dtype, grid, block)
-    common = dict(rank=rank, world=world, BLOCK=block, num_warps=config.num_warps)
+    key = ("all_gather", variant, n, input_tensor.dtype, grid, block, group_of_call.key)
+    common = dict(**group_of_call.kernel_args(), BLOCK=block, num_warps=config.num_warps)
     if variant == "push":
-        workspace = inbox_workspace(ctx, workspace, key, grid, input_tensor)
+        workspace = inbox_workspace(ctx, workspace, key, grid, input_tensor, group_of_call)
         launch(workspace, call, tensors, push_kernel, (grid,), ctx.get_device_context(), input_tensor, output_tensor,
                workspace.scratch, workspace.flags, workspace.epochs, n, inbox_stride(n), HINT=inbox_hint(workspace),
                **common)
         return workspace
-    workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS)
+    workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS, members=group_of_call)
     in_place = input_tensor.data_ptr() == own_slice
     src, src_step = (output_tensor, n) if in_place else (input_tensor, 0)
     launch(workspace, call, tensors, pull_kernel, (grid,), ctx.get_device_context(), src, src_step, output_tensor,

@@ -37,11 +37,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ..device import DeviceContext
 from .config import Config
 from .fast_path import call_key, launch, replay
+from .groups import GroupContext, Members, members
 from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
-from .launch import block_size, cdiv, check_group, check_op, check_tensors, hint, overlaps, programs
+from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
 from .reduce_scatter import SLOTS as TWO_SHOT_SLOTS
 from .reduce_scatter import chunk_size, launch_reduce_chunks, launch_shape
 from .sync import exchange, flag_of, signal, wait_for
@@ -76,8 +76,9 @@ def choose_variant(nbytes: int, world: int) -> str:
 
 @triton.jit
 def one_shot_kernel(context, inp, out, inbox, flags, epochs, n, stride, rank: tl.constexpr, world: tl.constexpr,
+                    rank_start: tl.constexpr, rank_stride: tl.constexpr, num_ranks: tl.constexpr,
                     BLOCK: tl.constexpr, HINT: tl.constexpr):
-    ctx = DeviceContext.initialize(context, rank, world)
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     epoch = tl.load(epochs + pid) + 1
@@ -125,8 +126,9 @@ def ring_step(ctx, src, partial, out, n, chunk, pid, num_programs, step: tl.cons
 
 @triton.jit
 def ring_kernel(context, inp, out, partial, flags, epochs, n, chunk, rank: tl.constexpr, world: tl.constexpr,
+                rank_start: tl.constexpr, rank_stride: tl.constexpr, num_ranks: tl.constexpr,
                 BLOCK: tl.constexpr, WAIT_DONE: tl.constexpr, HINT: tl.constexpr):
-    ctx = DeviceContext.initialize(context, rank, world)
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     epoch = tl.load(epochs + pid) + 1
@@ -149,8 +151,9 @@ def ring_kernel(context, inp, out, partial, flags, epochs, n, chunk, rank: tl.co
 
 @triton.jit
 def atomic_kernel(context, inp, out, accumulators, flags, epochs, n, rank: tl.constexpr, world: tl.constexpr,
+                  rank_start: tl.constexpr, rank_stride: tl.constexpr, num_ranks: tl.constexpr,
                   BLOCK: tl.constexpr, HINT: tl.constexpr):
-    ctx = DeviceContext.initialize(context, rank, world)
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     epoch = tl.load(epochs + pid) + 1
@@ -180,31 +183,34 @@ def atomic_kernel(context, inp, out, accumulators, flags, epochs, n, rank: tl.co
 
 # ---------------------------------------------------------------------------------------------- host side
 
-def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace=None) -> Workspace:
-    """The workspace an all_reduce of these tensors needs: ``workspace`` if it fits, else a new one (collective).
+def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace=None, group=None) -> Workspace:
+    """The workspace an all_reduce of these tensors over ``group`` (None: every rank) needs: ``workspace`` if it
+    fits, else a new one (collective; :meth:`Workspace.allocate` says who must call).
 
     Examples
     --------
     >>> ws = iris.ccl.all_reduce_preamble(out, inp, ctx)    # doctest: +SKIP
     """
     config = config or Config()
-    n, world = input_tensor.numel(), ctx.num_ranks
+    group_of_call = group if isinstance(group, Members) else members(ctx, group, "all_reduce")
+    n, world = input_tensor.numel(), group_of_call.size
     variant = config.all_reduce_variant or choose_variant(n * input_tensor.element_size(), world)
     block = block_size(ctx, config)
     if variant == "two_shot":
-        grid = launch_shape(ctx, input_tensor, config)
+        grid = launch_shape(ctx, input_tensor, config, world)
     elif variant == "ring":
         grid = programs(ctx, config, cdiv(chunk_size(n, world), block))
     else:
         grid = programs(ctx, config, cdiv(n, block))
-    key = ("all_reduce", variant, n, input_tensor.dtype, grid, block)
+    key = ("all_reduce", variant, n, input_tensor.dtype, grid, block, group_of_call.key)
     if variant == "one_shot":
-        return inbox_workspace(ctx, workspace, key, grid, input_tensor)
+        return inbox_workspace(ctx, workspace, key, grid, input_tensor, group_of_call)
     if variant == "two_shot":
-        return reuse_or_allocate(ctx, workspace, key, grid, TWO_SHOT_SLOTS)
+        return reuse_or_allocate(ctx, workspace, key, grid, TWO_SHOT_SLOTS, members=group_of_call)
     if variant == "ring":  # scratch: partial sums
-        return reuse_or_allocate(ctx, workspace, key, grid, 2 * world - 1, (n, input_tensor.dtype))
-    return reuse_or_allocate(ctx, workspace, key, grid, 1, (2 * n, torch.float32))  # atomic: two accumulators
+        return reuse_or_allocate(ctx, workspace, key, grid, 2 * world - 1, (n, input_tensor.dtype), group_of_call)
+    # atomic: two accumulators
+    return reuse_or_allocate(ctx, workspace, key, grid, 1, (2 * n, torch.float32), group_of_call)
 
 
 def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=False, config=None,
@@ -219,8 +225,9 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
     ctx : iris.Iris
     op : ReduceOp or None
         Only SUM (None means SUM).
-    group : None
-        Sub-groups are not supported.
+    group : torch.distributed.ProcessGroup, optional
+        None or ``dist.group.WORLD``: every rank; else the sum is over the group's members, who alone call
+        (consecutive or strided ranks, :mod:`iris.ccl.groups`). Each group keeps its own workspace.
     async_op : bool
         False: in stream order after the call, the output is complete and both tensors reusable. True:
         skip the final flag exchange (two_shot and ring have one); ``workspace.wait()`` (a device barrier)
@@ -245,25 +252,25 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
         return workspace
     config = config or Config()
     check_op(ctx, op)
-    check_group(ctx, group)
+    group_of_call = members(ctx, group, "all_reduce")
     check_tensors(ctx, "all_reduce", output_tensor, input_tensor, reduce=True)
-    workspace = all_reduce_preamble(output_tensor, input_tensor, ctx, config, workspace)
+    workspace = all_reduce_preamble(output_tensor, input_tensor, ctx, config, workspace, group_of_call)
     variant = workspace.key[1]
     if overlaps(output_tensor, input_tensor) and (
             variant not in IN_PLACE_VARIANTS or output_tensor.data_ptr() != input_tensor.data_ptr()):
         raise ValueError(f"rank {ctx.cur_rank}: all_reduce variant {variant!r} needs an output separate from the "
                          f"input; only {IN_PLACE_VARIANTS} run in place (output is input)")
-    n, world, rank = input_tensor.numel(), ctx.num_ranks, ctx.cur_rank
+    n, world = input_tensor.numel(), group_of_call.size
     grid, block, wait_done = (workspace.programs,), workspace.key[5], not async_op
-    common = dict(rank=rank, world=world, BLOCK=block, num_warps=config.num_warps)
+    common = dict(**group_of_call.kernel_args(), BLOCK=block, num_warps=config.num_warps)
     recorded = (workspace, call, tensors)
     if variant == "one_shot":
         launch(*recorded, one_shot_kernel, grid, ctx.get_device_context(), input_tensor, output_tensor,
                workspace.scratch, workspace.flags, workspace.epochs, n, inbox_stride(n),
                HINT=inbox_hint(workspace), **common)
     elif variant == "two_shot":
-        launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, gather=True, wait_done=wait_done,
-                             call=call)
+        launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, group_of_call, gather=True,
+                             wait_done=wait_done, call=call)
     elif variant == "ring":
         if world == 1:
             output_tensor.copy_(input_tensor)  # a ring of one has no steps

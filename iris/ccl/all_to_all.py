@@ -16,10 +16,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..device import DeviceContext
 from .config import Config
 from .fast_path import call_key, launch, replay
-from .launch import cdiv, check_group, check_tensors, overlaps, programs
+from .groups import GroupContext, members
+from .launch import cdiv, check_tensors, overlaps, programs
 from .sync import exchange
 from .workspace import Workspace, reuse_or_allocate
 
@@ -29,8 +29,9 @@ SLOTS = 2
 
 @triton.jit
 def all_to_all_kernel(context, inp, out, flags, epochs, M, N, stride_m, rank: tl.constexpr, world: tl.constexpr,
+                      rank_start: tl.constexpr, rank_stride: tl.constexpr, num_ranks: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WAIT_DONE: tl.constexpr, WIDE: tl.constexpr):
-    ctx = DeviceContext.initialize(context, rank, world)
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     epoch = tl.load(epochs + pid) + 1
@@ -61,9 +62,11 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     Parameters
     ----------
     output_tensor, input_tensor : torch.Tensor
-        Both (M, N * world), same dtype, contiguous, on the heap, separate.
+        Both (M, N * world) (``world``: the group's size), same dtype, contiguous, on the heap, separate.
     ctx : iris.Iris
-    group : None
+    group : torch.distributed.ProcessGroup, optional
+        None or ``dist.group.WORLD``: every rank; else the group's members, who alone call: column chunk ``j``
+        goes to member ``j`` of the group (:mod:`iris.ccl.groups`).
     async_op : bool
         True: return at once; ``wait()`` on the result (a device barrier) before reusing the tensors.
     config : Config, optional
@@ -85,23 +88,25 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     if replay(ctx, workspace, call, tensors):  # the same call as before: checked, planned and compiled
         return workspace
     config = config or Config()
-    check_group(ctx, group)
+    group_of_call = members(ctx, group, "all_to_all")
     check_tensors(ctx, "all_to_all", output_tensor, input_tensor)
-    world, rank = ctx.num_ranks, ctx.cur_rank
+    world, rank = group_of_call.size, ctx.cur_rank
     if input_tensor.dim() != 2 or input_tensor.shape[1] % world or output_tensor.shape != input_tensor.shape:
-        raise ValueError(f"rank {rank}: all_to_all needs input and output of one shape (M, N * {world}), got input "
-                         f"{list(input_tensor.shape)} and output {list(output_tensor.shape)}")
+        raise ValueError(f"rank {rank}: all_to_all over {world} ranks needs input and output of one shape "
+                         f"(M, N * {world}), got input {list(input_tensor.shape)} and output "
+                         f"{list(output_tensor.shape)}")
     if overlaps(output_tensor, input_tensor):
         raise ValueError(f"rank {rank}: all_to_all output overlaps the input: peers still read the input while "
                          "the output is written; use a separate tensor")
     M, N = input_tensor.shape[0], input_tensor.shape[1] // world
     bm, bn = config.block_size_m, config.block_size_n
     grid = programs(ctx, config, cdiv(M, bm) * cdiv(N, bn))
-    key = ("all_to_all", "pull", input_tensor.numel(), input_tensor.dtype, grid, (bm, bn))
-    workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS)
+    key = ("all_to_all", "pull", input_tensor.numel(), input_tensor.dtype, grid, (bm, bn), group_of_call.key)
+    workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS, members=group_of_call)
     row_bytes, col_bytes = input_tensor.stride(0) * input_tensor.element_size(), N * input_tensor.element_size()
     aligned = input_tensor.data_ptr() % 16 == 0 and row_bytes % 16 == 0 and col_bytes % 16 == 0 and bn >= 16
     launch(workspace, call, tensors, all_to_all_kernel, (grid,), ctx.get_device_context(), input_tensor,
-           output_tensor, workspace.flags, workspace.epochs, M, N, input_tensor.stride(0), rank=rank, world=world,
-           BLOCK_M=bm, BLOCK_N=bn, WAIT_DONE=not async_op, WIDE=aligned, num_warps=config.num_warps)
+           output_tensor, workspace.flags, workspace.epochs, M, N, input_tensor.stride(0),
+           **group_of_call.kernel_args(), BLOCK_M=bm, BLOCK_N=bn, WAIT_DONE=not async_op, WIDE=aligned,
+           num_warps=config.num_warps)
     return workspace

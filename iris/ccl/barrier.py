@@ -1,4 +1,4 @@
-"""A device-side barrier over all ranks: one program, flags on the heap, no host synchronisation.
+"""A device-side barrier over all ranks or a process group: one program, flags on the heap, no host sync.
 
 Each rank's program stores its call number (epoch, counted on the device) into its slot of every rank's
 flags (release), then waits until every slot of its own flags holds at least that number (acquire). Work
@@ -18,34 +18,35 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..device import DeviceContext
 from .fast_path import call_key, launch, replay
-from .launch import check_group
+from .groups import GroupContext, members
 from .sync import exchange
-from .workspace import Workspace
+from .workspace import Workspace, reuse_or_allocate
 
 BARRIER = tl.constexpr(0)  # the one flag slot (kernels read only constexpr globals)
 
 
 @triton.jit
-def device_barrier_kernel(context, flags, epochs, rank: tl.constexpr, world: tl.constexpr):
-    ctx = DeviceContext.initialize(context, rank, world)
+def device_barrier_kernel(context, flags, epochs, rank: tl.constexpr, world: tl.constexpr,
+                          rank_start: tl.constexpr, rank_stride: tl.constexpr, num_ranks: tl.constexpr):
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
     epoch = tl.load(epochs) + 1
     exchange(ctx, flags, BARRIER, epoch, 0, 1)
     tl.store(epochs, epoch)
 
 
 def device_barrier(ctx, group=None, workspace: Workspace | None = None) -> Workspace:
-    """Wait, on this rank's stream, for every rank to reach this point; collective.
+    """Wait, on this rank's stream, for every rank of ``group`` to reach this point; collective over the group.
 
     Parameters
     ----------
     ctx : iris.Iris
         The context; every rank calls with its own.
-    group : None
-        Sub-groups are not supported (NotImplementedError).
+    group : torch.distributed.ProcessGroup, optional
+        None or ``dist.group.WORLD``: every rank; else the group's members only (:mod:`iris.ccl.groups`).
     workspace : Workspace, optional
-        The flags of earlier calls (``ctx.ccl`` keeps them); None allocates them, collectively.
+        The flags of earlier calls over this group (``ctx.ccl`` keeps them); None or another group's
+        allocates them, collectively (:meth:`Workspace.allocate` says who must call then).
 
     Returns
     -------
@@ -60,9 +61,9 @@ def device_barrier(ctx, group=None, workspace: Workspace | None = None) -> Works
     call = call_key("barrier", (), None, False, group=group)
     if replay(ctx, workspace, call, ()):
         return workspace
-    check_group(ctx, group)
-    if workspace is None:
-        workspace = Workspace.allocate(ctx, ("barrier", "flags"), programs=1, slots=1)
+    group_of_call = members(ctx, group, "device_barrier")
+    workspace = reuse_or_allocate(ctx, workspace, ("barrier", "flags", group_of_call.key), 1, 1,
+                                  members=group_of_call)
     launch(workspace, call, (), device_barrier_kernel, (1,), ctx.get_device_context(), workspace.flags,
-           workspace.epochs, rank=ctx.cur_rank, world=ctx.num_ranks, num_warps=1)
+           workspace.epochs, **group_of_call.kernel_args(), num_warps=1)
     return workspace

@@ -30,6 +30,7 @@ from triton import knobs
 from triton.runtime.driver import driver
 
 from .config import ReduceOp
+from .groups import group_ranks
 
 MAX_LAUNCHES = 64  # records per workspace: a loop over many buffers must not grow memory without bound
 
@@ -37,18 +38,19 @@ MAX_LAUNCHES = 64  # records per workspace: a loop over many buffers must not gr
 def call_key(collective: str, tensors: tuple, config, async_op: bool, op=None, group=None) -> tuple | None:
     """What identifies a call for :func:`replay`, or None when it must take the full path.
 
-    ``op`` other than SUM and ``group`` other than None are refused by the full path, so they never
-    replay. ``config`` is compared by its field values: a Config changed between calls is a new key.
+    ``op`` other than SUM is refused by the full path, so it never replays. ``config`` is compared by its
+    field values: a Config changed between calls is a new key. The key holds the group's ranks (None for
+    every rank, :func:`iris.ccl.groups.group_ranks`): a call over another group is another call.
 
     Examples
     --------
     >>> call_key("barrier", (), None, False)
-    ('barrier', (), None, False)
+    ('barrier', (), None, False, None)
     """
-    if group is not None or not (op is None or op == ReduceOp.SUM or op == torch.distributed.ReduceOp.SUM):
+    if not (op is None or op == ReduceOp.SUM or op == torch.distributed.ReduceOp.SUM):
         return None
     layout = tuple((t.data_ptr(), t.dtype, t.shape, t.stride()) for t in tensors)
-    return collective, layout, None if config is None else tuple(vars(config).values()), async_op
+    return collective, layout, None if config is None else tuple(vars(config).values()), async_op, group_ranks(group)
 
 
 def replay(ctx, workspace, key: tuple | None, tensors: tuple) -> bool:

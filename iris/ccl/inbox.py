@@ -51,14 +51,17 @@ def use_inbox(nbytes: int, world: int) -> bool:
     return nbytes * max(world - 1, 1) <= INBOX_BYTES
 
 
-def inbox_workspace(ctx, workspace, key: tuple, programs: int, inp) -> Workspace:
-    """``workspace`` if made for ``key``, else a new one with one flag slot and the inbox (collective).
+def inbox_workspace(ctx, workspace, key: tuple, programs: int, inp, members) -> Workspace:
+    """``workspace`` if made for ``key``, else a new one with one flag slot and the inbox, a row per member of
+    the call's group (:class:`iris.ccl.groups.Members`); collective.
 
     Examples
     --------
-    >>> ws = inbox_workspace(ctx, None, ("all_gather", "push", n, dtype, 8, 4096), 8, inp)   # doctest: +SKIP
+    >>> ws = inbox_workspace(ctx, None, ("all_gather", "push", n, dtype, 8, 4096, None), 8, inp,
+    ...                      members(ctx, None))                                         # doctest: +SKIP
     """
-    return reuse_or_allocate(ctx, workspace, key, programs, 1, (inbox_numel(inp.numel(), ctx.num_ranks), inp.dtype))
+    return reuse_or_allocate(ctx, workspace, key, programs, 1, (inbox_numel(inp.numel(), members.size), inp.dtype),
+                             members)
 
 
 def inbox_hint(workspace: Workspace) -> int | None:

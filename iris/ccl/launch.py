@@ -30,12 +30,6 @@ def check_op(ctx, op) -> None:
                               "(iris.ccl.ReduceOp.SUM or torch.distributed.ReduceOp.SUM) is supported")
 
 
-def check_group(ctx, group) -> None:
-    if group is not None:
-        raise NotImplementedError(f"rank {ctx.cur_rank}: collectives over a sub-group are not supported yet; "
-                                  "pass group=None (all ranks)")
-
-
 def check_tensors(ctx, collective: str, out: torch.Tensor, inp: torch.Tensor, reduce: bool = False) -> None:
     """Both on the heap, contiguous, of one dtype; for reductions also a float dtype and one shape."""
     rank = ctx.cur_rank

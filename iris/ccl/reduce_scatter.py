@@ -23,10 +23,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..device import DeviceContext
 from .config import Config
 from .fast_path import call_key, launch, replay
-from .launch import block_size, cdiv, check_group, check_op, check_tensors, hint, overlaps, programs
+from .groups import GroupContext, members
+from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
 from .sync import exchange
 from .workspace import reuse_or_allocate
 
@@ -57,8 +57,10 @@ def sum_over_ranks(ctx, ptrs, mask, BLOCK: tl.constexpr, HINT: tl.constexpr):
 
 @triton.jit
 def reduce_chunk_kernel(context, inp, out, flags, epochs, n, chunk, rank: tl.constexpr, world: tl.constexpr,
-                        BLOCK: tl.constexpr, GATHER: tl.constexpr, WAIT_DONE: tl.constexpr, HINT: tl.constexpr):
-    ctx = DeviceContext.initialize(context, rank, world)
+                        rank_start: tl.constexpr, rank_stride: tl.constexpr, num_ranks: tl.constexpr,
+                        BLOCK: tl.constexpr,
+                        GATHER: tl.constexpr, WAIT_DONE: tl.constexpr, HINT: tl.constexpr):
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     epoch = tl.load(epochs + pid) + 1
@@ -80,20 +82,21 @@ def reduce_chunk_kernel(context, inp, out, flags, epochs, n, chunk, rank: tl.con
     tl.store(epochs + pid, epoch)
 
 
-def launch_reduce_chunks(ctx, out, inp, workspace, config: Config, gather: bool, wait_done: bool, call=None) -> None:
-    """Launch the kernel over ``workspace.programs`` programs (see :func:`launch_shape`), recorded under
-    ``call`` (a :func:`~iris.ccl.fast_path.call_key`) for :func:`iris.ccl.fast_path.replay`."""
-    n, world = inp.numel(), ctx.num_ranks
-    chunk = chunk_size(n, world)
+def launch_reduce_chunks(ctx, out, inp, workspace, config: Config, members, gather: bool, wait_done: bool,
+                         call=None) -> None:
+    """Launch the kernel over ``workspace.programs`` programs (see :func:`launch_shape`) for the ranks of
+    ``members`` (:class:`iris.ccl.groups.Members`), recorded under ``call`` (a
+    :func:`~iris.ccl.fast_path.call_key`) for :func:`iris.ccl.fast_path.replay`."""
+    chunk = chunk_size(inp.numel(), members.size)
     launch(workspace, call, (out, inp), reduce_chunk_kernel, (workspace.programs,),
-           ctx.get_device_context(), inp, out, workspace.flags, workspace.epochs, n, chunk,
-           rank=ctx.cur_rank, world=world, BLOCK=block_size(ctx, config), GATHER=gather, WAIT_DONE=wait_done,
+           ctx.get_device_context(), inp, out, workspace.flags, workspace.epochs, inp.numel(), chunk,
+           **members.kernel_args(), BLOCK=block_size(ctx, config), GATHER=gather, WAIT_DONE=wait_done,
            HINT=hint((inp, 0), (out, 0)), num_warps=config.num_warps)
 
 
-def launch_shape(ctx, inp, config: Config) -> int:
-    """Programs for reducing one chunk of ``inp``."""
-    return programs(ctx, config, cdiv(chunk_size(inp.numel(), ctx.num_ranks), block_size(ctx, config)))
+def launch_shape(ctx, inp, config: Config, world: int) -> int:
+    """Programs for reducing one chunk of ``inp`` over ``world`` ranks."""
+    return programs(ctx, config, cdiv(chunk_size(inp.numel(), world), block_size(ctx, config)))
 
 
 def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_op=False, config=None,
@@ -107,7 +110,9 @@ def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_
     ctx : iris.Iris
     op : ReduceOp or None
         Only SUM.
-    group : None
+    group : torch.distributed.ProcessGroup, optional
+        None or ``dist.group.WORLD``: every rank; else the group's members, who alone call; chunks are then
+        the group's (member ``i`` of the group owns chunk ``i``, :func:`owned_range` with the group's size).
     async_op : bool
         False: on return (in stream order) the output is complete and the input reusable. True: returns a
         :class:`~iris.ccl.workspace.Work`; call ``wait()`` first.
@@ -130,14 +135,15 @@ def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_
         return workspace
     config = config or Config()
     check_op(ctx, op)
-    check_group(ctx, group)
+    group_of_call = members(ctx, group, "reduce_scatter")
     check_tensors(ctx, "reduce_scatter", output_tensor, input_tensor, reduce=True)
     if overlaps(output_tensor, input_tensor) and output_tensor.data_ptr() != input_tensor.data_ptr():
         raise ValueError(f"rank {ctx.cur_rank}: reduce_scatter output partly overlaps the input; use the same "
                          "tensor (in place) or separate ones")
-    grid = launch_shape(ctx, input_tensor, config)
-    key = ("reduce_scatter", "two_shot", input_tensor.numel(), input_tensor.dtype, grid, block_size(ctx, config))
-    workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS)
-    launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, gather=False, wait_done=not async_op,
-                         call=call)
+    grid = launch_shape(ctx, input_tensor, config, group_of_call.size)
+    key = ("reduce_scatter", "two_shot", input_tensor.numel(), input_tensor.dtype, grid, block_size(ctx, config),
+           group_of_call.key)
+    workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS, members=group_of_call)
+    launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, group_of_call, gather=False,
+                         wait_done=not async_op, call=call)
     return workspace

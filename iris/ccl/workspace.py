@@ -27,16 +27,17 @@ class Work:
     >>> work.wait()      # device barrier on this rank's stream: out is complete, inp reusable
     """
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, group=None):
         self._ctx = ctx
+        self._group = group
 
     def wait(self) -> None:
-        """Make this rank's later stream work wait until every rank's collective is complete.
+        """Make this rank's later stream work wait until every rank of the call's group has completed it.
 
-        A device-side barrier (:meth:`iris.Iris.device_barrier`): it does not block the host and may be
-        captured in a CUDA graph. Every rank must call it.
+        A device-side barrier over that group (:meth:`iris.Iris.device_barrier`): it does not block the host
+        and may be captured in a CUDA graph. Every rank of the group must call it.
         """
-        self._ctx.device_barrier()
+        self._ctx.device_barrier(group=self._group)
 
 
 @dataclass(eq=False)
@@ -46,12 +47,12 @@ class Workspace(Work):
     Attributes
     ----------
     key : tuple
-        (collective, variant, numel, dtype, programs, block); a call with another key needs another
-        workspace.
+        (collective, variant, numel, dtype, programs, block, group ranks or None); a call with another key
+        needs another workspace, so each process group has its own (:mod:`iris.ccl.groups`).
     programs : int
         Programs (CTAs) per launch; program p of every rank pairs with program p of the others.
     flags : torch.Tensor
-        int32 ``[slots, world, programs]`` on the heap; see :mod:`iris.ccl.sync`.
+        int32 ``[slots, group size, programs]`` on the heap; see :mod:`iris.ccl.sync`.
     epochs : torch.Tensor
         int32 ``[programs]``: calls made so far, counted on the device.
     scratch : torch.Tensor or None
@@ -59,6 +60,8 @@ class Workspace(Work):
         the double-buffered inbox, see :mod:`iris.ccl.inbox`).
     launches : dict
         Calls made with this workspace, ready to be relaunched (:mod:`iris.ccl.fast_path`).
+    group : torch.distributed.ProcessGroup or None
+        The process group its calls run over (None: every rank); :meth:`wait` is a barrier over it.
     """
 
     ctx: object
@@ -68,15 +71,24 @@ class Workspace(Work):
     epochs: torch.Tensor
     scratch: torch.Tensor | None = field(default=None)
     launches: dict = field(default_factory=dict)
+    group: object = field(default=None)
 
     def __post_init__(self):
-        Work.__init__(self, self.ctx)
+        Work.__init__(self, self.ctx, self.group)
 
     @classmethod
-    def allocate(cls, ctx, key: tuple, programs: int, slots: int, scratch: tuple | None = None) -> Workspace:
-        """Allocate collectively (every rank with the same arguments); ``scratch`` is ``(numel, dtype)``."""
+    def allocate(cls, ctx, key: tuple, programs: int, slots: int, scratch: tuple | None = None,
+                 members=None) -> Workspace:
+        """Allocate collectively (every rank with the same arguments); ``scratch`` is ``(numel, dtype)``;
+        ``members`` (:class:`iris.ccl.groups.Members`, None: every rank) sizes the flags for its group.
+
+        A heap allocation is collective over every rank, a group's too: the call that allocates a group's
+        workspace must be made on every rank at once, each rank with its own group (as tensor- and
+        data-parallel groups are called); the calls after it involve the group's members only.
+        """
         name = ".".join(str(part) for part in key[:2])
-        flags = ctx.zeros(slots, ctx.num_ranks, programs, dtype=torch.int32, name=f"ccl.{name}.flags")
+        world = ctx.num_ranks if members is None else members.size
+        flags = ctx.zeros(slots, world, programs, dtype=torch.int32, name=f"ccl.{name}.flags")
         epochs = torch.zeros(programs, dtype=torch.int32, device=ctx.device)
         buffer = None
         if scratch is not None:
@@ -84,12 +96,16 @@ class Workspace(Work):
         # A fast rank's first call may signal (or add into) a slow rank's new flags and scratch: not before
         # the slow rank has zeroed them.
         ctx.barrier()
-        return cls(ctx, key, programs, flags, epochs, buffer)
+        return cls(ctx, key, programs, flags, epochs, buffer, group=None if members is None else members.group)
 
 
 def reuse_or_allocate(ctx, workspace: Workspace | None, key: tuple, programs: int, slots: int,
-                      scratch: tuple | None = None) -> Workspace:
-    """``workspace`` when it was made for ``key``, else a new one (collective: every rank decides alike)."""
+                      scratch: tuple | None = None, members=None) -> Workspace:
+    """``workspace`` when it was made for ``key``, else a new one (collective: every rank decides alike).
+
+    ``key`` ends with ``members.key`` (the group's ranks, None for every rank), so a group never reuses
+    another group's workspace: each keeps its own flags and call counters.
+    """
     if workspace is not None and workspace.key == key and workspace.ctx is ctx:
         return workspace
-    return Workspace.allocate(ctx, key, programs, slots, scratch)
+    return Workspace.allocate(ctx, key, programs, slots, scratch, members)
