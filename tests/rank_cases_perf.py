@@ -72,6 +72,16 @@ def bad_input() -> dict:
     refused("ceilings differ", {"fine": lambda: x.add_(1)}, measure_ceilings=rank == 0)
     refused("needs a GPU", {"torch + NCCL": lambda: torch.ones(4, device="cuda")})
     refused("not callable", {"fine": "x.add_(1)"})
+
+    def operands():  # what the ceilings allocate, out of memory on rank 1 only
+        if rank == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return x
+
+    try:
+        iris.perf.ceilings._on_every_rank(ctx, ctx.group.group, "two 1 GiB buffers", operands)
+    except PerfError as exc:
+        messages["out of memory on rank 1"] = str(exc)
     ctx.barrier()
     return messages
 

@@ -143,6 +143,13 @@ def test_mismatched_flops_name_the_rank(refusals):
         assert "measure_ceilings=False on rank 1 but True on rank 0" in messages["ceilings differ"]
 
 
+def test_ceilings_out_of_memory_on_one_rank_said_on_every_rank(refusals):
+    for rank, messages in enumerate(refusals):
+        message = messages["out of memory on rank 1"]  # raised on rank 0 too: it did not wait for rank 1
+        assert message.startswith(f"rank {rank}: could not allocate two 1 GiB buffers"), message
+        assert "rank 1: OutOfMemoryError: CUDA out of memory" in message and "measure_ceilings=False" in message
+
+
 def test_gpu_only_candidate_on_cpu(refusals):
     for messages in refusals:
         message = messages["needs a GPU"]

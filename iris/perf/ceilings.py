@@ -131,9 +131,27 @@ def measure(ctx, dtype=torch.bfloat16, *, again: bool = False) -> Ceilings:
     return found[key]
 
 
+def _on_every_rank(ctx, group, what: str, make):
+    """``make()`` (operands to measure with), or a :class:`PerfError` on every rank where it failed on any: a
+    rank out of GPU memory would otherwise leave its peers waiting in the measurement's collectives."""
+    try:
+        made, error = make(), None
+    except Exception as exc:  # said on every rank below
+        made, error = None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    failed = [(rank, e) for rank, e in enumerate(everyone(error, group)) if e is not None]
+    if failed:
+        said = "; ".join(f"rank {rank}: {e}" for rank, e in failed)
+        raise PerfError(f"rank {ctx.cur_rank}: could not allocate {what} to measure the ceilings ({said}): free "
+                        "GPU memory, or pass measure_ceilings=False")
+    return made
+
+
 def _matmul_tflops(ctx, dtype, group) -> float:
-    a, b = (torch.randn(MATMUL_SIDE, MATMUL_SIDE, device=ctx.get_device()).to(dtype) for _ in range(2))
-    out = torch.empty_like(a)
+    def operands():
+        a, b = (torch.randn(MATMUL_SIDE, MATMUL_SIDE, device=ctx.get_device()).to(dtype) for _ in range(2))
+        return a, b, torch.empty_like(a)
+
+    a, b, out = _on_every_rank(ctx, group, f"the {MATMUL_SIDE}^3 matmul's operands", operands)
     timing = replay_time(lambda: torch.mm(a, b, out=out), group=group)
     return 2 * MATMUL_SIDE ** 3 / (timing.us * 1e6)
 
@@ -146,8 +164,8 @@ def _fastest_copy(dst, src, group) -> ReplayTiming:
 
 
 def _copy_gbs(ctx, group) -> float:
-    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=ctx.get_device())
-    dst = torch.empty_like(src)
+    src, dst = _on_every_rank(ctx, group, f"two {format_size(COPY_BYTES)} buffers", lambda: tuple(
+        torch.empty(COPY_BYTES, dtype=torch.uint8, device=ctx.get_device()) for _ in range(2)))
     return 2 * COPY_BYTES / (_fastest_copy(dst, src, group).us * 1e3)
 
 
@@ -163,7 +181,8 @@ def _peer_links(ctx, group) -> tuple[dict, int]:
         raise PerfError(f"rank {rank}: the heap has {format_size(free)} free, too little for a peer copy of "
                         f"{format_size(MIN_PEER_BYTES)}: start the ranks with a larger heap")
     inbox = ctx.zeros(nbytes, dtype=torch.uint8)
-    src = torch.empty(nbytes, dtype=torch.uint8, device=ctx.get_device())
+    src = _on_every_rank(ctx, group, f"a {format_size(nbytes)} buffer",
+                         lambda: torch.empty(nbytes, dtype=torch.uint8, device=ctx.get_device()))
     links = {}
     for step in range(1, world):  # at each step every rank writes to another peer, all links busy at once
         peer = (rank + step) % world
