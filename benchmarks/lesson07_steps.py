@@ -14,8 +14,8 @@ and ``ctx.ops.matmul_all_gather`` compute this rank's rows and gather them: the 
 same bytes between ranks. Each callable is captured ``CALLS`` times in a CUDA graph and replayed
 (:func:`benchmarks.allreduce.measure`), the slowest rank's time; each of our kernels is followed by
 ``ctx.device_barrier()`` (the product is complete on every rank once it returns, as after NCCL's all_gather), and
-every result is checked against ``torch.matmul`` first. Beside the steps: ``torch.matmul`` alone, and the wide
-kernel with ``WORLD=1`` (its tiles, no scatter).
+every result is checked against ``torch.matmul`` before a time is reported. Beside the steps: ``torch.matmul``
+alone, and the wide kernel with ``WORLD=1`` (its tiles, no scatter).
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def main() -> None:
 
 
 def steps_at(k: int, ctx, lesson, wide: dict) -> dict:
-    """µs per call of every step and baseline for ``C`` of M x N and this ``k``, each result checked first."""
+    """µs per call of every step and baseline for ``C`` of M x N and this ``k``; each result is checked (on an
+    output filled with NaN) after the timings and before they are returned."""
     world, rank = ctx.num_ranks, ctx.cur_rank
     m_local, n_local = M // world, N // world
     bf16 = dict(device=ctx.device, dtype=torch.bfloat16)
