@@ -166,7 +166,7 @@ def every_collective_over_groups():
     ctx.barrier()
 
     # Barriers over a group, on the device and on the host.
-    for name, group in groups.items():
+    for group in groups.values():
         ctx.device_barrier(group=group)
         ctx.barrier(group=group)
     state = ctx._device_barrier_state
