@@ -16,7 +16,7 @@ The reference is torch: every rank's inputs are exchanged through torch.distribu
 computed from them with torch (sums in float32 in rank order, as the one_shot and two_shot kernels add, so those
 match bit for bit; ring rounds per hop and atomic adds in any order: within a tolerance unless the values are
 small integers, which every order sums exactly). The ops take small integers, so every path matches torch bit for
-bit. A rank records each mismatch (case number, what, how) and goes on; the test prints them.
+bit (the sign of a zero aside: see :func:`exactly_equal`). A rank records each mismatch (case number, what, how) and goes on; the test prints them.
 """
 
 from __future__ import annotations
@@ -45,7 +45,10 @@ OPS = ("matmul_all_reduce", "matmul_all_gather", "all_gather_matmul", "matmul_re
        "all_gather_matmul_hbm_buffer")
 BLOCKS = (16, 32, 64, 128, 256, 1024, 4096)
 MAX_STEPS = 12  # most blocks (or tiles) a drawn config cuts a tensor into
-SENTINEL = 77  # what reduce_scatter must leave outside this rank's chunk
+SENTINEL = 77
+EVERY = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+REFUSALS = {"integer_reduce": ("all_reduce", "reduce_scatter"), "product": ("all_reduce", "reduce_scatter"),
+            "non_contiguous": EVERY, "off_heap": EVERY, "ring_in_place": ("all_reduce",)}  # what reduce_scatter must leave outside this rank's chunk
 
 
 # -------------------------------------------------------------------------------------------- drawing cases
@@ -63,8 +66,8 @@ def draw_case(seed: int, world: int, number: int) -> dict:
     if kind == "ops":
         return {"number": number, "kind": kind, **_draw_op(rng, world)}
     if kind == "refusal":
-        return {"number": number, "kind": kind, "what": rng.choice(("integer_reduce", "product")),
-                "collective": rng.choice(("all_reduce", "reduce_scatter"))}
+        what = rng.choice(tuple(REFUSALS))
+        return {"number": number, "kind": kind, "what": what, "collective": rng.choice(REFUSALS[what])}
     calls = [_draw_call(rng, world) for _ in range(rng.choice((1, 1, 2, 3)))]
     return {"number": number, "kind": kind, "calls": calls}
 
@@ -140,7 +143,7 @@ def _draw_op(rng, world: int) -> dict:
         n = world * rng.randint(1, 3)
     return {"op": op, "m": m, "k": k, "n": n, "dtype": rng.choice(("float32", "float16", "bfloat16")),
             "bias": rng.random() < 0.6, "out_on_heap": rng.random() < 0.5, "a_on_heap": rng.random() < 0.5,
-            "chunks": rng.choice((None, 1, 2, 3)), "growth": rng.choice((None, 0.5, 1.0, 2.0)),
+            "b_transposed": rng.random() < 0.3, "chunks": rng.choice((None, 1, 2, 3)), "growth": rng.choice((None, 0.5, 1.0, 2.0)),
             "all_reduce_variant": rng.choice(ALL_REDUCE_VARIANTS)}
 
 
@@ -214,7 +217,7 @@ def compare(runner, number: int, what: str, got: torch.Tensor, want: torch.Tenso
         if got.dtype != want.dtype:
             runner.fail(number, what, f"dtype {got.dtype} != {want.dtype}")
             return
-        if not torch.equal(as_bytes(got), as_bytes(want)):
+        if not exactly_equal(got, want):
             diff = (got.double() - want.double()).abs() if got.numel() else torch.zeros(0)
             where = int(diff.flatten().argmax()) if diff.numel() else -1
             runner.fail(number, what, f"not bit-exact: {int((diff > 0).sum()) if diff.numel() else 0} of "
@@ -228,9 +231,13 @@ def compare(runner, number: int, what: str, got: torch.Tensor, want: torch.Tenso
         runner.fail(number, what, f"max error {worst} over atol={atol}, rtol={rtol}")
 
 
-def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor's bytes (bit-for-bit comparison: -0.0 is not 0.0, NaN equals its own bits)."""
-    return tensor.reshape(-1).view(torch.uint8) if tensor.dtype != torch.bool else tensor.reshape(-1)
+def exactly_equal(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Bit for bit, but for the sign of a zero: which sign a sum of zeros gets (``-2 * 0 + -1 * 0`` is -0.0)
+    depends on the order and the initial value of an accumulation, which no backend promises."""
+    if got.dtype.is_floating_point:
+        return torch.equal(got, want) or torch.equal(got.reshape(-1).view(torch.uint8), want.reshape(-1).view(
+            torch.uint8)) if got.numel() else True
+    return torch.equal(got, want)
 
 
 def run_case(runner: Runner, case: dict) -> None:
@@ -355,14 +362,26 @@ def run_barrier(runner: Runner, number: int, index: int, call: dict, workspaces:
 # -- refusals
 
 def run_refusal(runner: Runner, number: int, case: dict) -> None:
-    ctx = runner.ctx
+    """What must be refused is refused on every rank, with an error that names the rank."""
+    ctx, what, world = runner.ctx, case["what"], runner.world
     collective = getattr(ctx.ccl, case["collective"])
-    if case["what"] == "integer_reduce":
+    out_rows = world if case["collective"] == "all_gather" else 1
+    expected = ValueError
+    if what == "integer_reduce":
         inp = ctx.zeros(33, dtype=torch.int32)
-        expected, call = ValueError, lambda: collective(ctx.zeros_like(inp), inp)
-    else:
+        call = lambda: collective(ctx.zeros_like(inp), inp)  # noqa: E731
+    elif what == "product":
         inp = ctx.zeros(33)
         expected, call = NotImplementedError, lambda: collective(ctx.zeros_like(inp), inp, op=ReduceOp.PRODUCT)
+    elif what == "non_contiguous":
+        inp = ctx.zeros(4 * world, 6).t()
+        call = lambda: collective(ctx.zeros(out_rows * 6, 4 * world), inp)  # noqa: E731
+    elif what == "off_heap":
+        inp = torch.zeros(4, 2 * world, device=runner.device)
+        call = lambda: collective(ctx.zeros(out_rows * 4, 2 * world), inp)  # noqa: E731
+    else:
+        inp = ctx.zeros(33)
+        call = lambda: collective(inp, inp, config=Config(all_reduce_variant="ring"))  # noqa: E731
     try:
         call()
     except expected as error:
@@ -428,7 +447,9 @@ def run_op(runner: Runner, number: int, case: dict) -> None:
         A = ctx.zeros(A.shape, dtype=dtype).copy_(A.to(device))
     else:
         A = A.to(device)
-    B, bias = B.to(device), bias.to(device)
+    # A weight is often stored transposed: B then is a non-contiguous view, as ``weight.T`` is.
+    B = B.t().contiguous().to(device).t() if case["b_transposed"] else B.to(device)
+    bias = bias.to(device)
     out_shape = {"matmul_all_gather": (world * m, n), "matmul_reduce_scatter": (m, n // world)}.get(op, (m, n))
     A_copy = A.clone()
     for path, config in _op_paths(case):
