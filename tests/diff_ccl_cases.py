@@ -102,6 +102,10 @@ def _draw_config(rng, collective: str, shape: list, world: int) -> dict | None:
         config["comm_sms"] = rng.choice((1, 2, 3))
     if rng.random() < 0.3:
         config["num_warps"] = rng.choice((1, 2, 4, 8))
+    if rng.random() < 0.2:  # upstream's knobs for its tiled AMD kernels: accepted, and must change nothing
+        config.update(num_stages=rng.choice((1, 2, 3)), swizzle_size=rng.choice((1, 6, 8)),
+                      num_xcds=rng.choice((None, 1, 8)), threads_per_warp=rng.choice((32, 64)),
+                      waves_per_eu=rng.choice((0, 2)), all_reduce_distribution=rng.choice((0, 1)))
     if collective == "all_reduce":
         config["all_reduce_variant"] = rng.choice((None, *ALL_REDUCE_VARIANTS))
     elif collective == "all_gather":
