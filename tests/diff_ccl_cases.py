@@ -16,7 +16,8 @@ The reference is torch: every rank's inputs are exchanged through torch.distribu
 computed from them with torch (sums in float32 in rank order, as the one_shot and two_shot kernels add, so those
 match bit for bit; ring rounds per hop and atomic adds in any order: within a tolerance unless the values are
 small integers, which every order sums exactly). The ops take small integers, so every path matches torch bit for
-bit (the sign of a zero aside: see :func:`exactly_equal`). A rank records each mismatch (case number, what, how) and goes on; the test prints them.
+bit (the sign of a zero aside: see :func:`exactly_equal`). A rank records each mismatch (case number, what,
+how) and goes on; the test prints them.
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ OPS = ("matmul_all_reduce", "matmul_all_gather", "all_gather_matmul", "matmul_re
        "all_gather_matmul_hbm_buffer")
 BLOCKS = (16, 32, 64, 128, 256, 1024, 4096)
 MAX_STEPS = 12  # most blocks (or tiles) a drawn config cuts a tensor into
-SENTINEL = 77
+SENTINEL = 77  # what reduce_scatter must leave outside this rank's chunk
 EVERY = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 REFUSALS = {"integer_reduce": ("all_reduce", "reduce_scatter"), "product": ("all_reduce", "reduce_scatter"),
-            "non_contiguous": EVERY, "off_heap": EVERY, "ring_in_place": ("all_reduce",)}  # what reduce_scatter must leave outside this rank's chunk
+            "non_contiguous": EVERY, "off_heap": EVERY, "ring_in_place": ("all_reduce",)}
 
 
 # -------------------------------------------------------------------------------------------- drawing cases
@@ -147,7 +148,8 @@ def _draw_op(rng, world: int) -> dict:
         n = world * rng.randint(1, 3)
     return {"op": op, "m": m, "k": k, "n": n, "dtype": rng.choice(("float32", "float16", "bfloat16")),
             "bias": rng.random() < 0.6, "out_on_heap": rng.random() < 0.5, "a_on_heap": rng.random() < 0.5,
-            "b_transposed": rng.random() < 0.3, "chunks": rng.choice((None, 1, 2, 3)), "growth": rng.choice((None, 0.5, 1.0, 2.0)),
+            "b_transposed": rng.random() < 0.3, "chunks": rng.choice((None, 1, 2, 3)),
+            "growth": rng.choice((None, 0.5, 1.0, 2.0)),
             "all_reduce_variant": rng.choice(ALL_REDUCE_VARIANTS)}
 
 
@@ -311,7 +313,7 @@ def _allocate(runner, call: dict):
 def run_sequence(runner: Runner, number: int, calls: list[dict]) -> None:
     """Every call of the sequence in a row (async ones waited for before the next), each repeated with new inputs
     in the same tensors; every result checked against torch."""
-    ctx, rank = runner.ctx, runner.rank
+    rank = runner.rank
     workspaces: dict = {}
     for index, call in enumerate(calls):
         if call["collective"] == "barrier":
@@ -373,19 +375,19 @@ def run_refusal(runner: Runner, number: int, case: dict) -> None:
     expected = ValueError
     if what == "integer_reduce":
         inp = ctx.zeros(33, dtype=torch.int32)
-        call = lambda: collective(ctx.zeros_like(inp), inp)  # noqa: E731
+        call = lambda: collective(ctx.zeros_like(inp), inp)
     elif what == "product":
         inp = ctx.zeros(33)
         expected, call = NotImplementedError, lambda: collective(ctx.zeros_like(inp), inp, op=ReduceOp.PRODUCT)
     elif what == "non_contiguous":
         inp = ctx.zeros(4 * world, 6).t()
-        call = lambda: collective(ctx.zeros(out_rows * 6, 4 * world), inp)  # noqa: E731
+        call = lambda: collective(ctx.zeros(out_rows * 6, 4 * world), inp)
     elif what == "off_heap":
         inp = torch.zeros(4, 2 * world, device=runner.device)
-        call = lambda: collective(ctx.zeros(out_rows * 4, 2 * world), inp)  # noqa: E731
+        call = lambda: collective(ctx.zeros(out_rows * 4, 2 * world), inp)
     else:
         inp = ctx.zeros(33)
-        call = lambda: collective(inp, inp, config=Config(all_reduce_variant="ring"))  # noqa: E731
+        call = lambda: collective(inp, inp, config=Config(all_reduce_variant="ring"))
     try:
         call()
     except expected as error:
@@ -402,9 +404,9 @@ def _op_inputs(runner, case: dict, rank: int):
     dtype, world = getattr(torch, case["dtype"]), runner.world
     g = torch.Generator().manual_seed(case["number"] * 64 + rank)
     m, k, n = case["m"], case["k"], case["n"]
-    a_shape = (m, k) if case["op"] not in ("all_gather_matmul", "all_gather_matmul_hbm_buffer") else (m, k)
-    b_shape = (k, n) if case["op"] not in ("all_gather_matmul", "all_gather_matmul_hbm_buffer") else (world * k, n)
-    A = torch.randint(-2, 3, a_shape, generator=g).to(dtype)
+    gathers_a = case["op"] in ("all_gather_matmul", "all_gather_matmul_hbm_buffer")  # A is this rank's shard of K
+    b_shape = (world * k, n) if gathers_a else (k, n)
+    A = torch.randint(-2, 3, (m, k), generator=g).to(dtype)
     B = torch.randint(-2, 3, b_shape, generator=g).to(dtype)
     bias_len = m if case["op"] == "all_gather_matmul_hbm_buffer" else n
     bias = torch.randint(-2, 3, (bias_len,), generator=g).to(dtype) + 3 * rank  # differs between ranks
