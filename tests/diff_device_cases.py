@@ -84,12 +84,13 @@ def make_case(seed: int, number: int) -> dict:
         "programs": programs, "shared": shared, "start": start,
         "n": rng.randrange(block + 1) if masked else None,
         "has_other": op == "load" and masked and route != "host" and rng.random() < 0.7,
+        "literal_other": rng.random() < 0.3,  # other=-7 written in the kernel, else loaded from a tensor
         "sem": rng.choice(SEMS), "scope": rng.choice(SCOPES),
         "target": "rank0" if shared else rng.choice(("peer", "self")),
     }
     case["values"] = {name: [_value(rng, dtype, op, name) for _ in range(N)] for name in ("buf0", "buf1", "src0",
                                                                                           "src1")}
-    case["values"]["other"] = _value(rng, dtype, "load", "other")
+    case["values"]["other"] = -7 if case["literal_other"] else _value(rng, dtype, "load", "other")
     if op == "cas":  # about half the lanes compare equal to what they find
         for r in (0, 1):
             target = 0 if shared else (1 - r if case["target"] == "peer" else r)
@@ -111,7 +112,7 @@ def _value(rng, dtype, op, name):
         if op in RMA_OPS + ("xchg", "and", "or", "xor", "cas") and rng.random() < 0.15:
             return rng.choice((float("inf"), float("-inf"), float("nan"), -0.0, 0.0, 65504.0, 1e-7))
         if op in ("min", "max") and rng.random() < 0.1:
-            return rng.choice((-0.0, 0.0, float("inf"), float("-inf")))
+            return rng.choice((-0.0, 0.0, float("inf"), float("-inf"), float("nan")))  # ordered as their bits
         return float(torch.tensor(rng.uniform(-100, 100), dtype=dtype).item())
     info = torch.iinfo(dtype)
     if op in ("add", "sub"):
@@ -138,8 +139,8 @@ def bits(tensor: torch.Tensor) -> list:
 @triton.jit
 def triton_case(buf, src, cmp, out, other_ptr, heap_bases, context, rank, target, start, n,
                 ROUTE: tl.constexpr, OP: tl.constexpr, BLOCK: tl.constexpr, MASKED: tl.constexpr,
-                HAS_OTHER: tl.constexpr, SEM: tl.constexpr, SCOPE: tl.constexpr, SHARED: tl.constexpr,
-                RANK: tl.constexpr, WORLD: tl.constexpr):
+                HAS_OTHER: tl.constexpr, LITERAL_OTHER: tl.constexpr, SEM: tl.constexpr, SCOPE: tl.constexpr,
+                SHARED: tl.constexpr, RANK: tl.constexpr, WORLD: tl.constexpr):
     pid = tl.program_id(0)
     lanes = tl.arange(0, BLOCK)
     if SHARED:
@@ -152,20 +153,24 @@ def triton_case(buf, src, cmp, out, other_ptr, heap_bases, context, rank, target
     else:
         mask = None
     ctx = iris.DeviceContext.initialize(context, RANK, WORLD)
+    if LITERAL_OTHER:
+        fill = -7
+    else:
+        fill = tl.load(other_ptr)
     if OP == "load":
         if ROUTE == "functional":
             if HAS_OTHER:
-                x = iris.load(buf + offs, rank, target, heap_bases, mask=mask, other=tl.load(other_ptr))
+                x = iris.load(buf + offs, rank, target, heap_bases, mask=mask, other=fill)
             else:
                 x = iris.load(buf + offs, rank, target, heap_bases, mask=mask)
         elif ROUTE == "device_context":
             if HAS_OTHER:
-                x = ctx.load(buf + offs, target, mask=mask, other=tl.load(other_ptr))
+                x = ctx.load(buf + offs, target, mask=mask, other=fill)
             else:
                 x = ctx.load(buf + offs, target, mask=mask)
         else:
             if HAS_OTHER:
-                x = tl.load(ctx.as_remote(buf + offs, target, mask), mask=mask, other=tl.load(other_ptr))
+                x = tl.load(ctx.as_remote(buf + offs, target, mask), mask=mask, other=fill)
             else:
                 x = tl.load(ctx.as_remote(buf + offs, target, mask), mask=mask)
         if HAS_OTHER:
@@ -279,7 +284,7 @@ LAYOUT = gl.constexpr(gl.CoalescedLayout())
 @gluon.jit
 def gluon_case(IrisDeviceCtx: gl.constexpr, context, buf, src, cmp, out, other_ptr, target, start, n,
                OP: gl.constexpr, BLOCK: gl.constexpr, MASKED: gl.constexpr, HAS_OTHER: gl.constexpr,
-               SEM: gl.constexpr, SCOPE: gl.constexpr, SHARED: gl.constexpr):
+               LITERAL_OTHER: gl.constexpr, SEM: gl.constexpr, SCOPE: gl.constexpr, SHARED: gl.constexpr):
     ctx = IrisDeviceCtx.initialize(context)
     pid = gl.program_id(0)
     lanes = gl.arange(0, BLOCK, layout=LAYOUT)
@@ -294,7 +299,10 @@ def gluon_case(IrisDeviceCtx: gl.constexpr, context, buf, src, cmp, out, other_p
         mask = lanes < BLOCK
     if OP == "load":
         if HAS_OTHER:
-            x = ctx.load(buf + offs, target, mask=mask, other=gl.load(other_ptr))
+            if LITERAL_OTHER:
+                x = ctx.load(buf + offs, target, mask=mask, other=-7)
+            else:
+                x = ctx.load(buf + offs, target, mask=mask, other=gl.load(other_ptr))
             gl.store(out + outs, x)
         else:
             x = ctx.load(buf + offs, target, mask=mask)
@@ -354,7 +362,7 @@ def _launch(ctx, case, heap):
             remote[lanes] = src[lanes]
         return
     common = dict(OP=case["op"], BLOCK=case["block"], MASKED=case["n"] is not None, HAS_OTHER=case["has_other"],
-                  SEM=case["sem"], SCOPE=case["scope"], SHARED=case["shared"])
+                  LITERAL_OTHER=case["literal_other"], SEM=case["sem"], SCOPE=case["scope"], SHARED=case["shared"])
     grid = (case["programs"],)
     if case["route"] == "gluon":
         gluon_case[grid](IrisDeviceCtx, ctx.get_device_context(), buf, src, cmp, out, other, target,
@@ -417,8 +425,8 @@ def run_given(cases: list, heap: str = "16MiB") -> dict:
 
 
 def describe(case: dict) -> str:
-    keys = ("route", "op", "dtype", "block", "programs", "shared", "target", "start", "n", "has_other", "sem",
-            "scope")
+    keys = ("route", "op", "dtype", "block", "programs", "shared", "target", "start", "n", "has_other",
+            "literal_other", "sem", "scope")
     return " ".join(f"{k}={case[k]}" for k in keys)
 
 
@@ -548,3 +556,48 @@ def check_case(case: dict, results) -> str | None:
                 return (f"rank {r}'s {name} differs at {lanes}: got {[actual[i] for i in lanes]}, expected "
                         f"{[expected[i] for i in lanes]} (bits)")
     return None
+
+
+# ------------------------------------------------------------------ sm_90 (run with IRIS_BACKEND=cuda, no GPU needed)
+
+
+def compile_sample_for_sm90() -> dict:
+    """Compile one case of every route with a spread of ops and types for an H100/H200 with Triton's own
+    compiler; ``{"route op type": "ok" or the error's last line}``, and an int8 ``atomic_sub``'s refusal text."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    target = GPUTarget("cuda", 90, 32)
+    sample = (("load", "fp32"), ("store", "bf16"), ("get", "i16"), ("copy_out", "u8"), ("min", "fp64"),
+              ("xchg", "fp32"), ("cas", "i16"), ("add", "fp16"), ("sub", "i32"), ("sub", "i8"))
+    outcomes = {}
+    for route in ("functional", "device_context", "as_remote", "gluon"):
+        for op, element in sample:
+            if (route == "as_remote" and op in ("get", "copy_out")) or (route != "functional" and element == "i8"):
+                continue
+            gluon_route = route == "gluon"
+            constexprs = dict(OP=op, BLOCK=8, MASKED=op != "cas", HAS_OTHER=op == "load", LITERAL_OTHER=False,
+                              SEM="acquire", SCOPE="sys", SHARED=False)
+            signature = {"IrisDeviceCtx": "constexpr", "context": "*i64"} if gluon_route else {}
+            signature.update({name: f"*{element}" for name in ("buf", "src", "cmp", "out", "other_ptr")})
+            if gluon_route:
+                constexprs["IrisDeviceCtx"] = IrisDeviceCtx
+            else:
+                signature.update(heap_bases="*i64", context="*i64", rank="i32")
+                constexprs.update(ROUTE=route, RANK=0, WORLD=2)
+            signature.update(target="i32", start="i32", n="i32", **{name: "constexpr" for name in constexprs})
+            source = (GluonASTSource if gluon_route else ASTSource)(
+                fn=gluon_case if gluon_route else triton_case, signature=signature, constexprs=constexprs)
+            try:
+                triton.compile(source, target=target, options={"num_warps": 4})
+                outcomes[f"{route} {op} {element}"] = "ok"
+            except Exception as error:  # noqa: BLE001 -- reported, and checked by the test
+                outcomes[f"{route} {op} {element}"] = refusal(error) or str(error).strip().splitlines()[-1]
+    return outcomes
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(compile_sample_for_sm90()))

@@ -12,8 +12,11 @@ findings, each with the case that showed it.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -23,7 +26,7 @@ import triton.language as tl
 from iris.device import ATOMIC_ELEMENT_TYPES
 
 from . import diff_device_cases as cases
-from .multirank import run_ranks
+from .multirank import ROOT, run_ranks
 
 TARGET = "tests.diff_device_cases"
 
@@ -63,7 +66,7 @@ def _case(number, op, dtype, route="functional", *, buf=(3.0, -3.0), src=(1.0, -
         return list(head) + [0] * (cases.N - len(head))
 
     case = {"number": number, "route": route, "op": op, "dtype": dtype, "block": 2, "programs": 1, "shared": shared,
-            "start": 0, "n": None, "has_other": False, "sem": None, "scope": None,
+            "start": 0, "n": None, "has_other": False, "literal_other": False, "sem": None, "scope": None,
             "target": "rank0" if shared else "peer",
             "values": {"buf0": row(buf), "buf1": row(buf), "src0": row(src), "src1": row(src), "other": 0}}
     case.update(fields)
@@ -146,3 +149,17 @@ def test_iris_table_of_atomic_types_is_the_installed_tritons(op):
             assert "support" in str(error), error
             taken = False
         assert taken == (name in ATOMIC_ELEMENT_TYPES[kind]), (op, name, taken)
+
+
+def test_the_cases_compile_for_sm90(tmp_path):
+    """Every route's kernel compiles for an H100/H200 (sm_90) with Triton's own compiler, and an int8 atomic_sub
+    is refused there with iris's message, as on the CPU."""
+    env = {**os.environ, "IRIS_BACKEND": "cuda", "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, "-m", "tests.diff_device_cases"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    outcomes = json.loads(done.stdout.strip().splitlines()[-1])
+    refused = outcomes.pop("functional sub i8")
+    assert refused.startswith("iris.atomic_sub on int8: Triton's atomics refuse int8"), refused
+    assert outcomes and set(outcomes.values()) == {"ok"}, outcomes
