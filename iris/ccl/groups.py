@@ -9,7 +9,8 @@ Inside a collective's kernel, ranks are the group's: ``rank`` is this rank's ind
 ``world`` the group's size, so the same kernel serves every group. :class:`GroupContext` maps a member's
 index ``i`` to its global rank ``start + i * stride`` where it reaches another rank's heap. Each group has
 its own workspaces (flags, call counters, scratch: :class:`iris.ccl.Workspace`), so two groups running at
-once never read each other's flags.
+once never read each other's flags. ``ctx.ops`` (GEMMs fused with communication) takes no ``group``, as
+upstream's ops take none: they run over every rank, and ``group=`` there is Python's ``TypeError``.
 
 Examples
 --------

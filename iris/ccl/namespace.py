@@ -82,10 +82,10 @@ class CCL:
         self._keep("barrier", None, device_barrier(self._ctx, group, self._cached("barrier", None, group)), group)
 
     def barrier_state(self) -> dict:
-        """The device barrier's flags per group once a barrier over it ran: ``{None: flags}`` for all ranks,
-        ``{(0, 2): flags}`` for a group of ranks 0 and 2.
+        """The device barrier's flags per group once a barrier over it ran, keyed as upstream Iris: None for all
+        ranks, else the torch.distributed group (the first one passed with those ranks).
 
         The flags keep their address from the first barrier on, so barriers captured in a CUDA graph later
         keep working; upstream Iris shows the same as ``ctx._device_barrier_state``.
         """
-        return {key[2]: workspace.flags for key, workspace in self._workspaces.items() if key[0] == "barrier"}
+        return {workspace.group: workspace.flags for key, workspace in self._workspaces.items() if key[0] == "barrier"}
