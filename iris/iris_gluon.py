@@ -69,9 +69,9 @@ class IrisGluon(Iris):
         return self.get_device_context()
 
     def barrier(self, group=None) -> None:
-        """Wait for this rank's device work, then for every rank (upstream's signature: ``group`` first).
-
-        ``group`` must be None (all ranks), as for :meth:`iris.Iris.barrier`.
+        """Wait for this rank's device work, then for every rank of ``group`` (upstream's signature: ``group``
+        first): None for all ranks, or a torch.distributed group whose members alone call, as for
+        :meth:`iris.Iris.barrier`.
         """
         super().barrier(group=group)
 
