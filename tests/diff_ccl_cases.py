@@ -147,7 +147,8 @@ def _draw_op(rng, world: int) -> dict:
     if op == "matmul_reduce_scatter":
         n = world * rng.randint(1, 3)
     return {"op": op, "m": m, "k": k, "n": n, "dtype": rng.choice(("float32", "float16", "bfloat16")),
-            "bias": rng.random() < 0.6, "out_on_heap": rng.random() < 0.5, "a_on_heap": rng.random() < 0.5,
+            "bias": rng.choice(("none", "every_rank", "every_rank", "rank_0")), "out_on_heap": rng.random() < 0.5,
+            "a_on_heap": rng.random() < 0.5,
             "b_transposed": rng.random() < 0.3, "chunks": rng.choice((None, 1, 2, 3)),
             "growth": rng.choice((None, 0.5, 1.0, 2.0)),
             "all_reduce_variant": rng.choice(ALL_REDUCE_VARIANTS)}
@@ -418,7 +419,7 @@ def _op_reference(runner, case: dict, gathered) -> torch.Tensor:
     op, rank, world = case["op"], runner.rank, runner.world
     As, Bs, biases = ([x.double() for x in xs] for xs in gathered)
     zero = [torch.zeros_like(b) for b in biases]
-    bias = biases if case["bias"] else zero
+    bias = [c if passes_bias(case, r) else z for r, (c, z) in enumerate(zip(biases, zero, strict=True))]
     if op == "matmul_all_reduce":
         return sum(a @ b + c for a, b, c in zip(As, Bs, bias, strict=True))
     if op == "matmul_reduce_scatter":
@@ -428,6 +429,12 @@ def _op_reference(runner, case: dict, gathered) -> torch.Tensor:
         return torch.cat([a @ b + c for a, b, c in zip(As, Bs, bias, strict=True)])
     product = torch.cat(As, dim=1) @ Bs[rank]
     return product + (bias[rank][:, None] if op == "all_gather_matmul_hbm_buffer" else bias[rank])
+
+
+def passes_bias(case: dict, rank: int) -> bool:
+    """Whether ``rank`` passes a bias: none does, every rank does (each its own), or rank 0 alone (the way to add
+    one bias once, since every rank's bias goes into the sum)."""
+    return case["bias"] == "every_rank" or (case["bias"] == "rank_0" and rank == 0)
 
 
 def _op_paths(case: dict) -> list[tuple[str, FusedConfig]]:
@@ -462,11 +469,11 @@ def run_op(runner: Runner, number: int, case: dict) -> None:
         out = (ctx.zeros if case["out_on_heap"] else torch.zeros)(out_shape, dtype=dtype, device=device)
         for call in range(2):
             out.fill_(SENTINEL)
+            own_bias = bias if passes_bias(case, rank) else None
             if op == "all_gather_matmul_hbm_buffer":
-                workspace = all_gather_matmul_hbm_buffer(ctx, out, A, B, bias=bias if case["bias"] else None,
-                                                         config=config)
+                workspace = all_gather_matmul_hbm_buffer(ctx, out, A, B, bias=own_bias, config=config)
             else:
-                workspace = getattr(ctx.ops, op)(out, A, B, bias=bias if case["bias"] else None, config=config)
+                workspace = getattr(ctx.ops, op)(out, A, B, bias=own_bias, config=config)
             runner.sync()
             compare(runner, number, f"{op} path {path} (took {workspace.path}) call {call} "
                     f"bias={case['bias']}", out, want, True)

@@ -21,13 +21,14 @@ shards by construction). Inputs are left intact.
 ``all_gather(A @ B + bias)``, ``reduce_scatter(A @ B + bias)``, ``all_gather(A_sharded) @ B + bias``): a rank's
 ``bias`` (N,) goes with that rank's own product, before any communication. So matmul_all_reduce and
 matmul_reduce_scatter sum every rank's bias with the products (the same bias on every rank counts ``world``
-times: pass it on one rank and zeros on the others to add it once); matmul_all_gather's rows from rank s carry
-rank s's bias; all_gather_matmul's product is computed on each rank, which adds its own bias. The result never
-depends on the path. Each call returns its
-:class:`Workspace` (its ``path`` says how it ran); ``ctx.ops`` keeps one per op and shapes, so repeated calls
-allocate nothing and, after the first, can be captured in a CUDA graph. On GPUs an eager call repeated with
-the same tensors replays a CUDA graph of itself (:mod:`iris.ops.graphs`): one launch instead of the host
-work of queueing each piece.
+times: pass it on one rank only, ``bias=None`` on the others, to add it once); matmul_all_gather's rows from
+rank s carry rank s's bias; all_gather_matmul's product is computed on each rank, which adds its own bias. The
+result never depends on the path.
+
+Each call returns its :class:`Workspace` (its ``path`` says how it ran); ``ctx.ops`` keeps one per op and
+shapes, so repeated calls allocate nothing and, after the first, can be captured in a CUDA graph. On GPUs an
+eager call repeated with the same tensors replays a CUDA graph of itself (:mod:`iris.ops.graphs`): one launch
+instead of the host work of queueing each piece.
 
 **Paths** (``workspace.path`` says which ran; :func:`choose_path` picks):
 
