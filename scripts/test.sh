@@ -11,7 +11,7 @@ cd "$root"
 NEWEST_STACK_TESTS=(
   tests/test_versions.py tests/test_interpret.py tests/test_interpret_bf16.py tests/test_device.py
   tests/test_gluon_host.py tests/test_gluon_sm90.py tests/test_ccl.py tests/test_races.py tests/test_tracing.py
-  tests/test_traffic.py
+  tests/test_traffic.py tests/test_device_diff.py
   tests/test_upstream_host_api.py tests/test_upstream_surface.py
   "tests/test_workbench.py::test_gluon_kernel_with_iris_device_ctx_reads_the_peer"
   "tests/test_notebooks.py::test_lesson_runs_top_to_bottom[00_quickstart]"
