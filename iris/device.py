@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 from triton.language.core import _aggregate as aggregate
 
+from .interpret.kernel_errors import RaisedAsIs
 from .tracing.device import DeviceTracing, initialize_tracing
 from .tracing.events import TRACING_SLOTS, TraceEvent
 
@@ -145,7 +146,7 @@ ATOMIC_ELEMENT_TYPES = {
 }
 
 
-class UnsupportedAtomicError(TypeError):
+class UnsupportedAtomicError(RaisedAsIs, TypeError):
     """An iris atomic on an element type that Triton's atomics do not take, on a GPU as on the CPU.
 
     Examples

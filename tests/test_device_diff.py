@@ -23,7 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from iris.device import ATOMIC_ELEMENT_TYPES
+import iris
+from iris.device import ATOMIC_ELEMENT_TYPES, UnsupportedAtomicError
 
 from . import diff_device_cases as cases
 from .multirank import ROOT, run_ranks
@@ -163,3 +164,16 @@ def test_the_cases_compile_for_sm90(tmp_path):
     refused = outcomes.pop("functional sub i8")
     assert refused.startswith("iris.atomic_sub on int8: Triton's atomics refuse int8"), refused
     assert outcomes and set(outcomes.values()) == {"ok"}, outcomes
+
+
+@triton.jit
+def _subtract_one(p, heap_bases):
+    offs = tl.arange(0, 4)
+    iris.atomic_sub(p + offs, 1, 0, 0, heap_bases)
+
+
+def test_the_interpreter_raises_the_refusal_itself():
+    """Not InterpreterError('InterpreterError(\\'UnsupportedAtomicError(...)\\')'), its text escaped twice."""
+    bases = torch.tensor([1 << 40, 0], dtype=torch.int64)[1:]  # one rank's heap from address 0: pointers unchanged
+    with pytest.raises(UnsupportedAtomicError, match=r"^iris\.atomic_sub on int8: .* This op takes fp64, fp32, "):
+        _subtract_one[(1,)](torch.zeros(4, dtype=torch.int8), bases)

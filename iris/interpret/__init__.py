@@ -18,6 +18,8 @@ around, and why):
 * :mod:`.number_min_max`: ``tl.minimum``/``tl.maximum`` of a NaN and a number give the number (triton 3.6, 3.7);
 * :mod:`.float_bits_atomics`: float32/float64 ``atomic_xchg``/``and``/``or``/``xor`` act on the bits, and
   float64 ``atomic_min``/``atomic_max`` return the right old value, as on a GPU;
+* :mod:`.kernel_errors`: iris's errors raised in a kernel (:class:`.kernel_errors.RaisedAsIs`) reach the caller
+  unwrapped;
 * :mod:`.launch_options`: AMD-only launch options (``waves_per_eu``...) are dropped with a warning, as on a GPU;
 * :mod:`.bf16`: bfloat16 arithmetic, conversions, reductions, ``tl.dot`` and atomics give what a GPU gives
   (the interpreter computes on bf16's raw bits); what it cannot emulate for bf16 raises.
@@ -79,6 +81,7 @@ def activate():
         float_bits_atomics,
         gluon,
         guard,
+        kernel_errors,
         launch_options,
         number_min_max,
         scalar_index,
@@ -91,7 +94,7 @@ def activate():
     triton.knobs.runtime.interpret = True
     # bf16 last: it wraps builder methods (minnumf...) that the modules before it may have replaced.
     for module in (constexpr, aggregate, gluon, device_calls, scalar_index, number_min_max, float_bits_atomics,
-                   clock, guard, launch_options, bf16):
+                   clock, guard, kernel_errors, launch_options, bf16):
         module.install()
     _activated = True
 

@@ -1,0 +1,63 @@
+"""Errors that iris raises inside an interpreted kernel reach the caller as themselves, not as nested reprs.
+
+Why: triton's interpreter wraps any exception of a kernel in ``InterpreterError(repr(error))``, once per jit call
+level, so an iris error raised while a kernel runs (``UnsupportedAtomicError`` from an iris atomic, say) read
+``InterpreterError('InterpreterError(\\'UnsupportedAtomicError("iris.atomic_sub on int8 ...")\\')')``, its text
+escaped twice. On a GPU the same error is the cause of a ``CompilationError`` that quotes the kernel's line.
+
+Fix: the launch re-raises the first :class:`RaisedAsIs` under the ``InterpreterError`` (each wrapper keeps the one
+below as its ``__cause__``), with its own type and message; every other error stays as Triton raises it.
+
+Examples
+--------
+>>> iris.atomic_sub(counter_i8, 1, rank, peer, heap_bases)   # in an interpreted kernel  # doctest: +SKIP
+Traceback (most recent call last):
+iris.device.UnsupportedAtomicError: iris.atomic_sub on int8 (rank 0): ...
+"""
+
+import functools
+
+from .patching import replace_once
+
+
+class RaisedAsIs(Exception):
+    """Mixed into iris's own errors that a kernel may raise; the interpreted launch raises them unwrapped.
+
+    Examples
+    --------
+    >>> class UnsupportedAtomicError(RaisedAsIs, TypeError): ...
+    """
+
+
+def _under(error):
+    """The first RaisedAsIs in ``error``'s chain of causes, or None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, RaisedAsIs):
+            return error
+        seen.add(id(error))
+        error = error.__cause__
+    return None
+
+
+def _unwrapping(launch):
+    @functools.wraps(launch)
+    def run(self, *args, **kwargs):
+        from triton.runtime.errors import InterpreterError
+
+        try:
+            return launch(self, *args, **kwargs)
+        except InterpreterError as error:
+            ours = _under(error)
+            if ours is None:
+                raise
+            raise ours from None
+
+    return run
+
+
+def install():
+    """Re-raise :class:`RaisedAsIs` errors unwrapped from interpreted launches; idempotent."""
+    from triton.runtime import interpreter
+
+    replace_once(interpreter.GridExecutor, "__call__", _unwrapping)
