@@ -88,8 +88,9 @@ def make_case(seed: int, number: int) -> dict:
         "sem": rng.choice(SEMS), "scope": rng.choice(SCOPES),
         "target": "rank0" if shared else rng.choice(("peer", "self")),
     }
-    case["values"] = {name: [_value(rng, dtype, op, name) for _ in range(N)] for name in ("buf0", "buf1", "src0",
-                                                                                          "src1")}
+    drawn = "add_alone" if op in ("add", "sub") and not shared else op  # one update per element: any float
+    case["values"] = {name: [_value(rng, dtype, drawn, name) for _ in range(N)] for name in ("buf0", "buf1", "src0",
+                                                                                             "src1")}
     case["values"]["other"] = -7 if case["literal_other"] else _value(rng, dtype, "load", "other")
     if op == "cas":  # about half the lanes compare equal to what they find
         for r in (0, 1):
@@ -105,10 +106,14 @@ def make_cases(seed: int, count: int) -> list:
 
 
 def _value(rng, dtype, op, name):
-    """A value of ``dtype`` for ``op`` as a Python number: exact sums for float adds, specials for moves."""
+    """A value of ``dtype`` for ``op`` as a Python number: exact sums for float adds that race, specials (subnormals
+    among them: PTX's atom.add.f32 flushes them) for one add per element and for moves, any bits for integers."""
     if dtype.is_floating_point:
         if op in ("add", "sub"):
             return float(rng.randint(-8, 8))  # every order of a few of these sums exactly
+        if op == "add_alone" and rng.random() < 0.2:
+            tiny = torch.finfo(dtype).smallest_normal
+            return rng.choice((tiny / 4, -tiny / 2, tiny, float("inf"), -0.0, 1e-7, 3e4))
         if op in RMA_OPS + ("xchg", "and", "or", "xor", "cas") and rng.random() < 0.15:
             return rng.choice((float("inf"), float("-inf"), float("nan"), -0.0, 0.0, 65504.0, 1e-7))
         if op in ("min", "max") and rng.random() < 0.1:
@@ -117,6 +122,8 @@ def _value(rng, dtype, op, name):
     info = torch.iinfo(dtype)
     if op in ("add", "sub"):
         return rng.randint(-1000, 1000) if info.min < 0 else rng.randint(0, 100)
+    if rng.random() < 0.3:
+        return rng.randint(info.min, info.max)
     return rng.randint(max(info.min, -(1 << 40)), min(info.max, 1 << 40))
 
 
