@@ -112,7 +112,7 @@ def _all_to_all_over(ctx, name, group, call):
 
 def every_collective_over_groups():
     """World, consecutive and strided groups (two groups at once), every collective; then the groups' own
-    state: workspaces, the fast path, barriers, and interleaved calls of overlapping groups."""
+    state: workspaces, the fast path, barriers, and interleaved calls of overlapping groups; then bad groups."""
     ctx = iris.iris("64MiB")
     rank = ctx.cur_rank
     groups = _groups()
@@ -174,12 +174,11 @@ def every_collective_over_groups():
         raise AssertionError(f"rank {rank}: device barrier state per group {sorted(map(str, state))}")
     info = {name: extract_group_info(group, ctx) for name, group in groups.items()}
     ctx.barrier()
-    return {"rank": rank, "checked": checked, "info": info}
+    return {"rank": rank, "checked": checked, "info": info, "messages": _bad_groups(ctx)}
 
 
-def bad_groups():
-    """A group this rank is not in, something that is not a group, and unevenly spaced ranks."""
-    ctx = iris.iris("16MiB")
+def _bad_groups(ctx):
+    """A group this rank is not in, something that is not a group, and unevenly spaced ranks: the messages."""
     rank = ctx.cur_rank
     uneven = dist.new_group([0, 1, 3])
     pair = dist.new_group([0, 1])
@@ -197,4 +196,4 @@ def bad_groups():
         messages.append(_raises(ValueError, "over 2 ranks", lambda: ctx.ccl.all_gather(
             wrong_shape, inp, group=pair)))
     ctx.barrier()
-    return {"rank": rank, "messages": messages}
+    return messages
