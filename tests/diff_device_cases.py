@@ -85,7 +85,8 @@ def make_case(seed: int, number: int) -> dict:
         "n": rng.randrange(block + 1) if masked else None,
         "has_other": op == "load" and masked and route != "host" and rng.random() < 0.7,
         "literal_other": rng.random() < 0.3,  # other=-7 written in the kernel, else loaded from a tensor
-        "sem": rng.choice(SEMS), "scope": rng.choice(SCOPES),
+        # Atomics of two GPUs on one element are atomic with scope "sys" only (iris.device says so); alone, any scope.
+        "sem": rng.choice(SEMS), "scope": "sys" if shared else rng.choice(SCOPES),
         "target": "rank0" if shared else rng.choice(("peer", "self")),
     }
     drawn = "add_alone" if op in ("add", "sub") and not shared else op  # one update per element: any float
