@@ -540,6 +540,20 @@ def _explains(order, op, dtype, word, src, compare, at, olds, final) -> bool:
     return word == final
 
 
+def differing_lanes(case: dict, actual: list, expected: list) -> list:
+    """Where two lists of element bits differ; for a float add or sub any NaN equals any NaN (arithmetic's NaN
+    bits are the machine's: NVIDIA GPUs give 0x7FFFFFFF for float32, x86 0xFFC00000, torch 0x7FC0 for bf16);
+    everything else, moves and bitwise atomics included, bit for bit."""
+    lanes = [i for i in range(len(actual)) if actual[i] != expected[i]]
+    dtype = torch_dtype(case)
+    if not (lanes and dtype.is_floating_point and case["op"] in ("add", "sub")):
+        return lanes
+    int_type = DTYPES[dtype][1]
+    nan = {i for i in lanes if all(torch.tensor([v[i]], dtype=int_type).view(dtype).isnan().item()
+                                   for v in (actual, expected))}
+    return [i for i in lanes if i not in nan]
+
+
 def check_case(case: dict, results) -> str | None:
     """None if both ranks' results (``results[r]`` as :func:`run_cases` gave them) are what the case must give;
     else what differs."""
@@ -559,8 +573,8 @@ def check_case(case: dict, results) -> str | None:
     for r in (0, 1):
         for name, expected in (("buffer", buf[r]), ("output", out[r])):
             actual = results[r]["buf" if name == "buffer" else "out"]
-            if actual != expected:
-                lanes = [i for i in range(N) if actual[i] != expected[i]]
+            lanes = differing_lanes(case, actual, expected)
+            if lanes:
                 return (f"rank {r}'s {name} differs at {lanes}: got {[actual[i] for i in lanes]}, expected "
                         f"{[expected[i] for i in lanes]} (bits)")
     return None
