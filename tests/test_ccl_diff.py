@@ -23,7 +23,7 @@ from .diff_ccl_cases import draw_case
 from .multirank import run_ranks
 
 WORLDS = (2, 3, 4)
-COUNTS = {2: 120, 3: 70, 4: 45}  # 235 cases: 125 CPU seconds (measured on 2 shared cores, 2026-11-26)
+COUNTS = {2: 120, 3: 70, 4: 45}  # 300 cases took 161 CPU seconds on 2 shared cores (2026-11-26): 235 a run
 SEED = int(os.environ.get("IRIS_DIFF_SEED") or random.SystemRandom().randrange(1 << 31))
 
 
