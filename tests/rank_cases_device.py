@@ -155,9 +155,8 @@ def every_rma_op():
 # Rows of `cnt` (BLOCK lanes each) on every rank: 0 add, 1 sub, 2 or, 3 and, 4 xor, 5 min, 6 max,
 # 7 + r: rank r's xchg slot, 7 + world + r: rank r's cas slot. Every rank updates every rank's rows, once
 # per (sem, scope) launch `step`; xchg and cas slots have one writer, so their old values are exact.
-# KIND 0: int32, every op. KIND 1: float32: add, xchg, cas; KIND 3 the same without xchg (the CPU
-# interpreter has no float xchg). KIND 2: fp16/bf16: add only, into the right neighbour alone (the CPU
-# interpreter's fp16 atomics are atomic only within one process).
+# KIND 0: int32, every op. KIND 1: float32: add, xchg, cas. KIND 2: fp16/bf16: add only, into the right
+# neighbour alone (the CPU interpreter's fp16 atomics are atomic only within one process).
 
 @triton.jit
 def atomics_functional(cnt, olds, heap_bases, rank, world, n, step, BLOCK: tl.constexpr, KIND: tl.constexpr,
@@ -169,11 +168,10 @@ def atomics_functional(cnt, olds, heap_bases, rank, world, n, step, BLOCK: tl.co
     else:
         for target in range(world):
             iris.atomic_add(cnt + offs, 1, rank, target, heap_bases, mask=mask, sem=SEM, scope=SCOPE, hint=16)
-            if KIND != 3:
-                slot = cnt + (7 + rank) * BLOCK + offs
-                old = iris.atomic_xchg(slot, step + 1, rank, target, heap_bases, mask=mask, sem=SEM,
-                                       scope=SCOPE)
-                tl.store(olds + (target * 2) * BLOCK + offs, old, mask=mask)
+            slot = cnt + (7 + rank) * BLOCK + offs
+            old = iris.atomic_xchg(slot, step + 1, rank, target, heap_bases, mask=mask, sem=SEM,
+                                   scope=SCOPE)
+            tl.store(olds + (target * 2) * BLOCK + offs, old, mask=mask)
             slot = cnt + (7 + world + rank) * BLOCK + offs
             expected = tl.zeros([BLOCK], cnt.dtype.element_ty) + step
             old = iris.atomic_cas(slot, expected, expected + 1, rank, target, heap_bases, sem=SEM,
@@ -207,10 +205,9 @@ def atomics_device_context(context, cnt, olds, n, step, rank: tl.constexpr, worl
     else:
         for target in range(world):
             ctx.atomic_add(cnt + offs, 1, target, mask=mask, sem=SEM, scope=SCOPE, hint=16)
-            if KIND != 3:
-                old = ctx.atomic_xchg(cnt + (7 + rank) * BLOCK + offs, step + 1, target, mask=mask, sem=SEM,
-                                      scope=SCOPE)
-                tl.store(olds + (target * 2) * BLOCK + offs, old, mask=mask)
+            old = ctx.atomic_xchg(cnt + (7 + rank) * BLOCK + offs, step + 1, target, mask=mask, sem=SEM,
+                                  scope=SCOPE)
+            tl.store(olds + (target * 2) * BLOCK + offs, old, mask=mask)
             expected = tl.zeros([BLOCK], cnt.dtype.element_ty) + step
             slot = cnt + (7 + world + rank) * BLOCK + offs
             old = ctx.atomic_cas(slot, expected, expected + 1, target, sem=SEM, scope=SCOPE)
@@ -243,10 +240,9 @@ def atomics_gluon(IrisDeviceCtx: gl.constexpr, context_tensor, cnt, olds, n, ste
         for target in range(world):
             ctx.atomic_add(cnt + offs, one, target, mask=mask, sem=SEM, scope=SCOPE, hint=16)
             new = gl.full([BLOCK], step + 1, dtype, LAYOUT)
-            if KIND != 3:
-                slot = cnt + (7 + rank) * BLOCK + offs
-                old = ctx.atomic_xchg(slot, new, target, mask=mask, sem=SEM, scope=SCOPE)
-                gl.store(olds + (target * 2) * BLOCK + offs, old, mask=mask)
+            slot = cnt + (7 + rank) * BLOCK + offs
+            old = ctx.atomic_xchg(slot, new, target, mask=mask, sem=SEM, scope=SCOPE)
+            gl.store(olds + (target * 2) * BLOCK + offs, old, mask=mask)
             slot = cnt + (7 + world + rank) * BLOCK + offs
             expected = gl.full([BLOCK], step, dtype, LAYOUT)
             old = ctx.atomic_cas(slot, expected, new, target, sem=SEM, scope=SCOPE)
@@ -265,10 +261,10 @@ def atomics_gluon(IrisDeviceCtx: gl.constexpr, context_tensor, cnt, olds, n, ste
 
 
 def _atomic_dtypes():
-    # The CPU interpreter has no bf16 atomics and no float xchg (ValueError('Unsupported data type')).
+    # bf16 atomics on the CPU interpreter are covered by tests/rank_cases_bf16.py.
     if BACKEND == "cuda":
         return [(torch.int32, 0), (torch.float32, 1), (torch.float16, 2), (torch.bfloat16, 2)]
-    return [(torch.int32, 0), (torch.float32, 3), (torch.float16, 2)]
+    return [(torch.int32, 0), (torch.float32, 1), (torch.float16, 2)]
 
 
 def _launch_atomics(api, ctx, cnt, olds, step, kind, sem, scope):
@@ -328,7 +324,7 @@ def every_atomic():
             for step, (sem, scope) in enumerate(combos):
                 _launch_atomics(api, ctx, cnt, olds, step, kind, sem, scope)
                 if kind != 2:  # this rank's xchg/cas slots on every target held `step` before this launch
-                    checked = olds[:, :VALID] if kind != 3 else olds[1::2, :VALID]
+                    checked = olds[:, :VALID]
                     _expect(f"{api} {dtype} xchg/cas old values at step {step}", checked,
                             torch.full(checked.shape, step, dtype=dtype))
             ctx.barrier()
