@@ -39,7 +39,9 @@ test_all_reduce_with_groups[consecutive-atomic]                  passed   4/4
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
+import signal
 import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
@@ -50,6 +52,7 @@ OURS = HERE.parents[1]
 WORKER = "IRIS_UPSTREAM_TESTS_WORKER"  # set in the ranks' environment: this file then runs as a rank
 REPORTS = "IRIS_UPSTREAM_TESTS_REPORTS"  # where each rank writes its JUnit report
 MAX_HEAP = "IRIS_UPSTREAM_TESTS_MAX_HEAP"  # --max-heap
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 # ---------------------------------------------------------------------------------------------- one rank
@@ -99,8 +102,18 @@ def cap_heap_size(iris, max_heap: str) -> None:
     iris.iris = capped
 
 
+def die_with_parent() -> None:
+    """Be killed when torchrun, this rank's parent, dies: torchrun starts each rank in a session of its own, so
+    the launcher's kill of torchrun's process group on a timeout would not reach the ranks (Linux only)."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the parent died before the request
+            os._exit(1)
+
+
 def run_rank(pytest_args: list[str]) -> int:
     """One rank: torch.distributed up, this project's iris imported, then pytest on upstream's files."""
+    die_with_parent()
     import pytest
     import torch.distributed as dist
 
@@ -169,6 +182,8 @@ def main() -> int:
         per_rank = [outcomes(path) for path in sorted(Path(reports).glob("rank*.xml"))]
     print(output[-20000:])
     text, ok = table(per_rank, args.ranks, markdown=False)
+    if not per_rank:  # pytest writes its report when it ends
+        text = "(no rank wrote a report: the run did not finish; its output is above)"
     status = "timed out" if returncode is None else f"exit status {returncode}"
     heap = f", iris.iris heap_size capped at {args.max_heap} per rank (--max-heap)" if args.max_heap else ""
     print(f"\n{' '.join(args.files)} on {args.ranks} ranks: {status}, {seconds:.0f} s{heap}\n{text}")
