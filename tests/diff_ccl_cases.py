@@ -222,7 +222,7 @@ def tolerance(dtype: torch.dtype, world: int) -> tuple[float, float]:
 
 def compare(runner, number: int, what: str, got: torch.Tensor, want: torch.Tensor, exact: bool,
             dtype: torch.dtype | None = None) -> None:
-    got = got.detach().cpu()
+    got, want = got.detach().cpu(), want.detach().cpu()  # a reference may live on the GPU (A's copy)
     if tuple(got.shape) != tuple(want.shape):
         runner.fail(number, what, f"shape {list(got.shape)} != {list(want.shape)}")
         return
