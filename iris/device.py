@@ -161,7 +161,7 @@ class UnsupportedAtomicError(RaisedAsIs, TypeError):
         super().__init__(
             f"{op} on {element}{where}: Triton's atomics refuse {element} on every backend; an NVIDIA GPU refuses "
             f"it too, when compiling (the CPU interpreter does the same, at run time). This op takes "
-            f"{', '.join(ATOMIC_ELEMENT_TYPES[_atomic_kind(op)])}. Keep the value in a wider tensor (int32 for small "
+            f"{', '.join(atomic_element_types(op))}. Keep the value in a wider tensor (int32 for small "
             f"integers), or build it from atomic_cas on the 32-bit word that holds it.")
 
 
@@ -184,8 +184,16 @@ def check_atomic_element(op, element):
     _AtomicElementCheck(op, element)
 
 
-def _atomic_kind(op: str) -> str:
-    return "cas" if op.endswith("atomic_cas") else "add" if op.endswith(("atomic_add", "atomic_sub")) else "other"
+def atomic_element_types(op: str) -> tuple:
+    """The element types Triton's atomic ``op`` takes (:data:`ATOMIC_ELEMENT_TYPES`), for any spelling of the op.
+
+    Examples
+    --------
+    >>> atomic_element_types("iris.DeviceContext.atomic_sub") == atomic_element_types("add")
+    True
+    """
+    name = op.rsplit("atomic_", 1)[-1]
+    return ATOMIC_ELEMENT_TYPES["cas" if name == "cas" else "add" if name in ("add", "sub") else "other"]
 
 
 class _AtomicElementCheck:
@@ -193,7 +201,7 @@ class _AtomicElementCheck:
 
     def __init__(self, op, element):
         name = str(getattr(element, "value", element))
-        if name not in ATOMIC_ELEMENT_TYPES[_atomic_kind(op)]:
+        if name not in atomic_element_types(op):
             import torch.distributed as dist
 
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else _debug_rank

@@ -35,7 +35,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris
-from iris.device import ATOMIC_ELEMENT_TYPES, UnsupportedAtomicError
+from iris.device import UnsupportedAtomicError, atomic_element_types
 from iris.gluon import IrisDeviceCtx
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
@@ -56,8 +56,7 @@ REFUSED = "refused"
 
 def takes(op: str, dtype) -> bool:
     """Whether Triton's atomic ``op`` takes ``dtype`` (iris.device's table, checked against triton by a test)."""
-    kind = "cas" if op == "cas" else "add" if op in ("add", "sub") else "other"
-    return DTYPES[dtype][0] in ATOMIC_ELEMENT_TYPES[kind]
+    return DTYPES[dtype][0] in atomic_element_types(op)
 
 
 # ------------------------------------------------------------------ cases

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 import iris
-from iris.device import ATOMIC_ELEMENT_TYPES, UnsupportedAtomicError
+from iris.device import UnsupportedAtomicError, atomic_element_types
 
 from . import diff_device_cases as cases
 from .multirank import ROOT, run_ranks
@@ -140,7 +140,6 @@ def _raw_atomic(p, v, o, OP: tl.constexpr):
 def test_iris_table_of_atomic_types_is_the_installed_tritons(op):
     """iris.device.ATOMIC_ELEMENT_TYPES says what Triton's semantic layer takes (the same layer a GPU compile and
     the interpreter run): every type in it runs here, every other is refused by Triton itself."""
-    kind = "cas" if op == "cas" else "add" if op == "add" else "other"
     for dtype, (name, _) in cases.DTYPES.items():
         p, v, o = torch.tensor([3], dtype=dtype), torch.tensor([1], dtype=dtype), torch.zeros(1, dtype=dtype)
         try:
@@ -149,7 +148,7 @@ def test_iris_table_of_atomic_types_is_the_installed_tritons(op):
         except Exception as error:  # noqa: BLE001 -- Triton's own refusal, whatever its wrapper
             assert "support" in str(error), error
             taken = False
-        assert taken == (name in ATOMIC_ELEMENT_TYPES[kind]), (op, name, taken)
+        assert taken == (name in atomic_element_types(op)), (op, name, taken)
 
 
 def test_the_cases_compile_for_sm90(tmp_path):
