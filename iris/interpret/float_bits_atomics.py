@@ -40,23 +40,30 @@ SAME_WIDTH_INTEGER = {np.dtype(np.float32): (np.int32, tl.int32), np.dtype(np.fl
 
 
 def bitwise_float_atomics_refused() -> bool:
-    """Whether the installed interpreter's native ``atomic_rmw`` refuses an exchange of a float32.
+    """Whether the installed interpreter's native ``atomic_rmw`` refuses (or gets wrong) any of the four bitwise
+    atomics on a float32, each tried on its own (a Triton may come to take one and not the others).
 
     Examples
     --------
-    >>> bitwise_float_atomics_refused()   # after install(): the patched builder exchanges floats
+    >>> bitwise_float_atomics_refused()   # after install(): the patched builder runs them on the bits
     False
     """
-    word = np.zeros(1, dtype=np.float32)
-    pointer = TensorHandle(np.array([word.ctypes.data], dtype=np.uint64), tl.pointer_type(tl.float32))
+    one = np.float32(1.0).view(np.int32)
+    # Each op's result on a word holding 0.0 with the operand 1.0, read as bits.
+    expected = {"XCHG": one, "AND": 0, "OR": one, "XOR": one}
     value = TensorHandle(np.ones(1, dtype=np.float32), tl.float32)
     mask = TensorHandle(np.ones(1, dtype=bool), tl.int1)
-    try:
-        interpreter_builder.create_atomic_rmw(ir.ATOMIC_OP.XCHG, pointer, value, mask, ir.MEM_SEMANTIC.RELAXED,
-                                              ir.MEM_SYNC_SCOPE.GPU)
-    except ValueError:
-        return True
-    return word[0] != 1.0
+    for name in BITWISE:
+        word = np.zeros(1, dtype=np.float32)
+        pointer = TensorHandle(np.array([word.ctypes.data], dtype=np.uint64), tl.pointer_type(tl.float32))
+        try:
+            interpreter_builder.create_atomic_rmw(getattr(ir.ATOMIC_OP, name), pointer, value, mask,
+                                                  ir.MEM_SEMANTIC.RELAXED, ir.MEM_SYNC_SCOPE.GPU)
+        except ValueError:
+            return True
+        if word.view(np.int32)[0] != expected[name]:
+            return True
+    return False
 
 
 def select_promotes_to_float() -> bool:
