@@ -17,6 +17,8 @@ iris.device.UnsupportedAtomicError: iris.atomic_sub on int8 (rank 0): ...
 
 import functools
 
+from triton.runtime.errors import InterpreterError
+
 from .patching import replace_once
 
 
@@ -43,8 +45,6 @@ def _under(error):
 def _unwrapping(launch):
     @functools.wraps(launch)
     def run(self, *args, **kwargs):
-        from triton.runtime.errors import InterpreterError
-
         try:
             return launch(self, *args, **kwargs)
         except InterpreterError as error:
