@@ -29,7 +29,7 @@ class Work:
 
     def __init__(self, ctx, group=None):
         self._ctx = ctx
-        self._group = group
+        self.group = group  # a Workspace's dataclass field of the same name: one attribute, not two
 
     def wait(self) -> None:
         """Make this rank's later stream work wait until every rank of the call's group has completed it.
@@ -37,7 +37,7 @@ class Work:
         A device-side barrier over that group (:meth:`iris.Iris.device_barrier`): it does not block the host
         and may be captured in a CUDA graph. Every rank of the group must call it.
         """
-        self._ctx.device_barrier(group=self._group)
+        self._ctx.device_barrier(group=self.group)
 
 
 @dataclass(eq=False)
