@@ -55,6 +55,23 @@ REFUSALS = {"integer_reduce": ("all_reduce", "reduce_scatter"), "product": ("all
             "non_contiguous": EVERY, "off_heap": EVERY, "ring_in_place": ("all_reduce",)}
 
 
+# -------------------------------------------------------------------------------------------- the run's cases
+
+def run_seed() -> int:
+    """The run's seed: ``IRIS_DIFF_SEED``, else a fresh one (the tests print it)."""
+    return int(os.environ.get("IRIS_DIFF_SEED") or random.SystemRandom().randrange(1 << 31))
+
+
+def case_numbers(world: int, default_count: int) -> list[int]:
+    """The case numbers to run on ``world`` ranks: ``IRIS_DIFF_CASE=<world>:<number>`` alone (none for another
+    world size), else the first ``IRIS_DIFF_COUNT`` (``default_count`` when unset)."""
+    only = os.environ.get("IRIS_DIFF_CASE")
+    if only:
+        only_world, number = (int(part) for part in only.split(":"))
+        return [number] if only_world == world else []
+    return list(range(int(os.environ.get("IRIS_DIFF_COUNT") or default_count)))
+
+
 # -------------------------------------------------------------------------------------------- drawing cases
 
 def draw_case(seed: int, world: int, number: int) -> dict:

@@ -12,33 +12,21 @@ IRIS_DIFF_SEED=1234 IRIS_DIFF_CASE=3:17 .venv/bin/python -m pytest tests/test_cc
 
 from __future__ import annotations
 
-import os
-import random
-
 import pytest
 
 from iris.ccl import Config
 
-from .diff_ccl_cases import draw_case
+from .diff_ccl_cases import case_numbers, draw_case, run_seed
 from .multirank import run_ranks
 
 WORLDS = (2, 3, 4)
 COUNTS = {2: 120, 3: 70, 4: 45}  # 300 cases took 161 CPU seconds on 2 shared cores (2026-11-26): 235 a run
-SEED = int(os.environ.get("IRIS_DIFF_SEED") or random.SystemRandom().randrange(1 << 31))
+SEED = run_seed()
 
 
 @pytest.fixture(autouse=True)
 def _no_heap_files(no_heap_files_left_behind):
     yield
-
-
-def numbers_for(world: int) -> list[int]:
-    """The case numbers to run on ``world`` ranks: ``IRIS_DIFF_CASE`` alone, else the first ``IRIS_DIFF_COUNT``."""
-    only = os.environ.get("IRIS_DIFF_CASE")
-    if only:
-        only_world, number = (int(part) for part in only.split(":"))
-        return [number] if only_world == world else []
-    return list(range(int(os.environ.get("IRIS_DIFF_COUNT") or COUNTS[world])))
 
 
 def report(world: int, results: list[dict]) -> str:
@@ -69,7 +57,7 @@ def test_config_refuses_block_sizes_its_kernels_cannot_run():
 
 @pytest.mark.parametrize("world", WORLDS)
 def test_collectives_and_ops_agree_with_torch(world):
-    numbers = numbers_for(world)
+    numbers = case_numbers(world, COUNTS[world])
     if not numbers:
         pytest.skip(f"IRIS_DIFF_CASE names another world size than {world}")
     print(f"IRIS_DIFF_SEED={SEED}: {len(numbers)} cases on {world} ranks")

@@ -16,26 +16,18 @@ from __future__ import annotations
 
 import datetime
 import os
-import random
 
 import pytest
 import torch
 
+from tests.diff_ccl_cases import case_numbers, run_seed
 from tests.gpu import WORLD
 from tests.multirank import run_ranks
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 CUDA = {"IRIS_TEST_BACKEND": "cuda", "IRIS_BACKEND": "cuda"}
-SEED = int(os.environ.get("IRIS_DIFF_SEED") or random.SystemRandom().randrange(1 << 31))
-
-
-def numbers() -> list[int]:
-    only = os.environ.get("IRIS_DIFF_CASE")
-    if only:
-        world, number = (int(part) for part in only.split(":"))
-        return [number] if world == WORLD else []
-    return list(range(int(os.environ.get("IRIS_DIFF_COUNT") or 300)))
+SEED = run_seed()
 
 
 def table(results: list[dict]) -> str:
@@ -50,7 +42,7 @@ def table(results: list[dict]) -> str:
 
 
 def test_collectives_and_ops_agree_with_torch_on_gpus():
-    cases = numbers()
+    cases = case_numbers(WORLD, 300)
     if not cases:
         pytest.skip(f"IRIS_DIFF_CASE names another world size than {WORLD}")
     print(f"IRIS_DIFF_SEED={SEED}: {len(cases)} cases on {WORLD} ranks")
