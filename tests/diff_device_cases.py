@@ -100,9 +100,18 @@ def make_case(seed: int, number: int) -> dict:
     return case
 
 
-def make_cases(seed: int, count: int) -> list:
-    """The run's ``count`` cases, numbered from 0."""
-    return [make_case(seed, number) for number in range(count)]
+def make_cases(seed: int, count: int, only=None) -> list:
+    """The run's ``count`` cases, numbered from 0, or those numbered in ``only`` alone."""
+    return [make_case(seed, number) for number in (only if only is not None else range(count))]
+
+
+def run_selection(default_count: int) -> tuple[int, int, list | None]:
+    """``(seed, count, only)`` of this run: ``IRIS_DIFF_SEED`` (else a fresh seed, which the tests print),
+    ``IRIS_DIFF_COUNT`` (else ``default_count``) and ``IRIS_DIFF_CASE``'s comma-separated numbers (else None)."""
+    seed = int(os.environ.get("IRIS_DIFF_SEED") or random.randrange(1 << 31))
+    count = int(os.environ.get("IRIS_DIFF_COUNT", str(default_count)))
+    only = [int(n) for n in os.environ["IRIS_DIFF_CASE"].split(",")] if os.environ.get("IRIS_DIFF_CASE") else None
+    return seed, count, only
 
 
 def _value(rng, dtype, op, name):
@@ -392,7 +401,7 @@ def refusal(error: BaseException):
 
 def run_cases(seed: int, count: int, only=None) -> dict:
     """Run the run's cases on this rank (all ``count``, or the numbers in ``only``); see :func:`run_given`."""
-    return run_given([make_case(seed, number) for number in (only if only is not None else range(count))])
+    return run_given(make_cases(seed, count, only))
 
 
 def run_given(cases: list, heap: str = "16MiB") -> dict:
@@ -426,6 +435,12 @@ def run_given(cases: list, heap: str = "16MiB") -> dict:
                                    else {"buf": bits(buf), "out": bits(out)})
     ctx.barrier()
     return {"rank": r, "results": results}
+
+
+def by_rank(results) -> list:
+    """:func:`run_given`'s answers of every rank, in rank order, each ``{case number: outcome}``."""
+    ordered = sorted(results, key=lambda result: result["rank"])
+    return [{int(number): outcome for number, outcome in result["results"].items()} for result in ordered]
 
 
 # ------------------------------------------------------------------ reference (host, torch, from the case alone)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 
@@ -32,13 +31,8 @@ from .multirank import ROOT, run_ranks
 TARGET = "tests.diff_device_cases"
 
 
-def _by_rank(results) -> list:
-    ordered = sorted(results, key=lambda result: result["rank"])
-    return [{int(number): outcome for number, outcome in result["results"].items()} for result in ordered]
-
-
 def _mismatches(case_list, results) -> list:
-    per_rank = _by_rank(results)
+    per_rank = cases.by_rank(results)
     found = []
     for case in case_list:
         why = cases.check_case(case, [per_rank[0][case["number"]], per_rank[1][case["number"]]])
@@ -49,11 +43,9 @@ def _mismatches(case_list, results) -> list:
 
 @pytest.mark.usefixtures("no_heap_files_left_behind")
 def test_randomized_device_ops_agree_with_the_reference():
-    seed = int(os.environ.get("IRIS_DIFF_SEED") or random.randrange(1 << 31))
-    count = int(os.environ.get("IRIS_DIFF_COUNT", "2000"))
-    only = [int(n) for n in os.environ["IRIS_DIFF_CASE"].split(",")] if os.environ.get("IRIS_DIFF_CASE") else None
+    seed, count, only = cases.run_selection(2000)
     print(f"\nIRIS_DIFF_SEED={seed} IRIS_DIFF_COUNT={count}" + (f" IRIS_DIFF_CASE={only}" if only else ""))
-    chosen = [cases.make_case(seed, n) for n in (only if only is not None else range(count))]
+    chosen = cases.make_cases(seed, count, only)
     results = run_ranks(2, f"{TARGET}:run_cases", seed, count, only, timeout=600)
     found = _mismatches(chosen, results)
     rerun = f"rerun one alone: IRIS_DIFF_SEED={seed} IRIS_DIFF_CASE=<number> pytest {__file__} -k randomized"
@@ -89,7 +81,7 @@ def test_issue_findings_float_min_max_xchg_and_bitwise_on_every_route():
                 given.append(_case(len(given), op, dtype, route, shared=True))  # both ranks on one element
     results = run_ranks(2, f"{TARGET}:run_given", given, timeout=300)
     assert _mismatches(given, results) == []
-    first = _by_rank(results)[0]
+    first = cases.by_rank(results)[0]
     f64_min = next(c for c in given if c["op"] == "min" and c["dtype"] == "float64" and not c["shared"])
     olds = torch.tensor(first[f64_min["number"]]["out"][:2], dtype=torch.int64).view(torch.float64)
     assert olds.tolist() == [3.0, -3.0]  # the issue's case: 4.6e18 before the fix
@@ -103,7 +95,7 @@ def test_refused_atomics_name_the_op_the_type_and_the_rank():
              _case(1, "sub", "int8", "device_context", buf=(3, 4), src=(1, 1)),
              _case(2, "max", "float16", "gluon", buf=(3.0, 4.0)),
              _case(3, "cas", "uint8", "functional", buf=(3, 4), src=(1, 1))]
-    results = _by_rank(run_ranks(2, f"{TARGET}:run_given", given, timeout=300))
+    results = cases.by_rank(run_ranks(2, f"{TARGET}:run_given", given, timeout=300))
     for rank in (0, 1):
         texts = [results[rank][n][cases.REFUSED] for n in range(4)]
         assert texts[0].startswith(f"iris.atomic_sub on int8 (rank {rank}): "), texts[0]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import random
 
 import pytest
 import torch
@@ -32,9 +31,7 @@ ORDER_FREE_FINALS = ("xchg", "cas")  # two ranks' exchanges end with whichever c
 
 
 def _run(env, seed, count, only) -> list:
-    results = run_ranks(2, "tests.diff_device_cases:run_cases", seed, count, only, timeout=580, env=env)
-    ordered = sorted(results, key=lambda result: result["rank"])
-    return [{int(number): outcome for number, outcome in result["results"].items()} for result in ordered]
+    return cases.by_rank(run_ranks(2, "tests.diff_device_cases:run_cases", seed, count, only, timeout=580, env=env))
 
 
 def _differences(case, gpu, cpu) -> list:
@@ -66,10 +63,8 @@ def _differences(case, gpu, cpu) -> list:
 
 
 def test_device_ops_agree_on_the_gpu_and_the_interpreter(capsys):
-    seed = int(os.environ.get("IRIS_DIFF_SEED") or random.randrange(1 << 31))
-    count = int(os.environ.get("IRIS_DIFF_COUNT", "600"))
-    only = [int(n) for n in os.environ["IRIS_DIFF_CASE"].split(",")] if os.environ.get("IRIS_DIFF_CASE") else None
-    chosen = [cases.make_case(seed, n) for n in (only if only is not None else range(count))]
+    seed, count, only = cases.run_selection(600)
+    chosen = cases.make_cases(seed, count, only)
     gpu = _run(BACKENDS["cuda"], seed, count, only)
     cpu = _run(BACKENDS["interpreter"], seed, count, only)
     rows = [(case, *row) for case in chosen for row in _differences(case, gpu, cpu)]
