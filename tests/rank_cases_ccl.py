@@ -11,6 +11,7 @@ import os
 from dataclasses import replace
 
 import torch
+import torch.distributed as dist
 
 import iris
 from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config, ReduceOp
@@ -54,8 +55,10 @@ def _check_close(what, actual, expected, dtype, world):
 
 
 def _check_equal(what, actual, expected):
-    if not torch.equal(actual.detach().cpu(), expected):
-        raise AssertionError(f"{what}: got {actual.detach().cpu().flatten()[:8].tolist()}..., "
+    actual = actual.detach().cpu()
+    if not torch.equal(actual, expected):
+        where = f"rank {dist.get_rank()}: " if dist.is_initialized() else ""
+        raise AssertionError(f"{where}{what}: got {actual.flatten()[:8].tolist()}..., "
                              f"expected {expected.flatten()[:8].tolist()}...")
 
 

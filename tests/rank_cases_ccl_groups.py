@@ -17,7 +17,7 @@ from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config
 from iris.ccl.reduce_scatter import owned_range
 from iris.ccl.utils import extract_group_info
 
-from .rank_cases_ccl import _raises
+from .rank_cases_ccl import _check_equal, _raises
 
 DTYPES = (torch.float32, torch.bfloat16)
 SENTINEL = -1234.0
@@ -28,13 +28,6 @@ def _integers(rank, call, shape, dtype):
     """Rank ``rank``'s input of call ``call``: integers in [-8, 8], exact in every dtype and any sum of four."""
     generator = torch.Generator().manual_seed(1000 * call + rank)
     return torch.randint(-8, 9, shape, generator=generator).to(dtype)
-
-
-def _check_equal(what, actual, expected):
-    actual = actual.detach().cpu()
-    if not torch.equal(actual, expected):
-        raise AssertionError(f"rank {dist.get_rank()}: {what}: got {actual.flatten()[:8].tolist()}..., "
-                             f"expected {expected.flatten()[:8].tolist()}...")
 
 
 def _groups():
