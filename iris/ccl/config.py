@@ -16,10 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from triton.language import TRITON_MAX_TENSOR_NUMEL
+
 ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "ring", "atomic")
 ALL_GATHER_VARIANTS = ("push", "pull")
 UPSTREAM_ALL_GATHER_VARIANTS = ("persistent", "partitioned")  # upstream's tiled kernels: accepted, picked by size
-MIN_BLOCK, MAX_BLOCK = 16, 1 << 20  # remote accesses are hinted 16-aligned; Triton's TRITON_MAX_TENSOR_NUMEL
+MIN_BLOCK = 16  # remote accesses are hinted 16-aligned
+MAX_BLOCK = TRITON_MAX_TENSOR_NUMEL  # the most elements of one block (2**20 in triton 3.6 to 3.9)
 MAX_WARPS = 32  # 1024 threads, CUDA's largest block
 
 
