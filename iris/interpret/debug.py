@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from .errors import first_cause
 from .patching import replace_once
 
 _handlers = []
@@ -47,7 +48,7 @@ def _routing_assertions(launch):
         try:
             return launch(self, *args, **kwargs)
         except InterpreterError as error:
-            failure = _assertion_under(error)
+            failure = first_cause(error, AssertionError)
             for handler in _handlers if failure is not None else ():
                 replacement = handler(self.fn.__name__, failure)
                 if replacement is not None:
@@ -55,12 +56,3 @@ def _routing_assertions(launch):
             raise
 
     return run
-
-
-def _assertion_under(error):
-    """The AssertionError an InterpreterError was raised from (each jit call level wraps once), or None."""
-    while error is not None:
-        if isinstance(error, AssertionError):
-            return error
-        error = error.__cause__
-    return None

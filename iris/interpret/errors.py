@@ -1,4 +1,5 @@
-"""The error raised for Triton/Gluon features the CPU interpreter does not emulate."""
+"""The error raised for Triton/Gluon features the CPU interpreter does not emulate, and :func:`first_cause`,
+which finds an error of ours under the interpreter's wrappers."""
 
 
 class UnsupportedOnInterpreter(Exception):
@@ -23,3 +24,29 @@ class UnsupportedOnInterpreter(Exception):
             "Run this kernel on a GPU, or write this part with plain gl.load/gl.store "
             "on global memory so that it also runs on the CPU."
         )
+
+
+def first_cause(error, kind):
+    """The first exception of type ``kind`` in ``error``'s chain of causes (``error`` itself included), or None.
+
+    Triton's interpreter wraps a kernel's exception in ``InterpreterError``, once per jit call level, each wrapper
+    keeping the one below as its ``__cause__``: the launch hooks find their own errors with this.
+
+    Examples
+    --------
+    >>> try:
+    ...     try:
+    ...         raise KeyError("inner")
+    ...     except KeyError as inner:
+    ...         raise RuntimeError("outer") from inner
+    ... except RuntimeError as outer:
+    ...     type(first_cause(outer, KeyError)).__name__
+    'KeyError'
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return error
+        seen.add(id(error))
+        error = error.__cause__
+    return None

@@ -44,7 +44,7 @@ from triton.language.semantic import TritonSemantic
 from triton.runtime import interpreter
 from triton.runtime.errors import InterpreterError
 
-from .errors import UnsupportedOnInterpreter
+from .errors import UnsupportedOnInterpreter, first_cause
 from .patching import replace_once
 
 DEFAULT_NUM_WARPS = 4  # what a triton launch uses when num_warps= is not given
@@ -250,17 +250,6 @@ def gluon_language_scope(semantic):
     return scope
 
 
-def _unsupported_cause(error):
-    """The UnsupportedOnInterpreter that an InterpreterError (possibly nested) was raised from."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, UnsupportedOnInterpreter):
-            return error
-        seen.add(id(error))
-        error = error.__cause__
-    return None
-
-
 def _interpreted_when_interpreting(gluon_jit):
     @functools.wraps(gluon_jit)
     def jit(fn=None, **options):
@@ -285,7 +274,7 @@ def _running_gluon_too(run_launch):
         except InterpreterError as error:
             # The interpreter wraps every kernel exception in InterpreterError(repr(e)); surface
             # UnsupportedOnInterpreter itself so that callers can catch it by type.
-            unsupported = _unsupported_cause(error)
+            unsupported = first_cause(error, UnsupportedOnInterpreter)
             if unsupported is None:
                 raise
             raise unsupported from None

@@ -19,6 +19,7 @@ import functools
 
 from triton.runtime.errors import InterpreterError
 
+from .errors import first_cause
 from .patching import replace_once
 
 
@@ -31,24 +32,13 @@ class RaisedAsIs(Exception):
     """
 
 
-def _under(error):
-    """The first RaisedAsIs in ``error``'s chain of causes, or None."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, RaisedAsIs):
-            return error
-        seen.add(id(error))
-        error = error.__cause__
-    return None
-
-
 def _unwrapping(launch):
     @functools.wraps(launch)
     def run(self, *args, **kwargs):
         try:
             return launch(self, *args, **kwargs)
         except InterpreterError as error:
-            ours = _under(error)
+            ours = first_cause(error, RaisedAsIs)
             if ours is None:
                 raise
             raise ours from None
