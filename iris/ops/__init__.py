@@ -159,7 +159,7 @@ def matmul_all_reduce_preamble(ctx, C, A, B, config=None, workspace=None) -> Wor
     """
     m, _, n = _matmul_dims(ctx, "matmul_all_reduce", A, B)
     _check_out(ctx, "matmul_all_reduce", C, (m, n), A.dtype)
-    return _prepared(ctx, "matmul_all_reduce", _key("matmul_all_reduce", C.shape, A, B, False), config, workspace,
+    return _prepared(ctx, "matmul_all_reduce", _key("matmul_all_reduce", C.shape, A, B), config, workspace,
                      zero=C)
 
 
@@ -172,7 +172,7 @@ def all_gather_matmul_preamble(ctx, A_sharded, B, config=None, workspace=None) -
     >>> ws = iris.ops.all_gather_matmul_preamble(ctx, A_sharded, B)          # doctest: +SKIP
     """
     m, n = _gathered_dims(ctx, "all_gather_matmul", A_sharded, B)
-    return _prepared(ctx, "all_gather_matmul", _key("all_gather_matmul", (m, n), A_sharded, B, False), config,
+    return _prepared(ctx, "all_gather_matmul", _key("all_gather_matmul", (m, n), A_sharded, B), config,
                      workspace)
 
 
@@ -231,7 +231,7 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) 
     config = config or FusedConfig()
     if not isinstance(config, FusedConfig):
         raise TypeError(f"rank {ctx.cur_rank}: {op} config must be an iris.ops.FusedConfig, got {type(config)}")
-    key = _key(op, out.shape, A, B, bias is not None)
+    key = _key(op, out.shape, A, B)
     workspace = workspace if workspace is not None else ctx.ops.workspace_for(key)
     if workspace.key != key:
         raise ValueError(f"rank {ctx.cur_rank}: {op}: this workspace was made for {workspace.key}, not {key}: "
@@ -251,9 +251,11 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) 
     return workspace
 
 
-def _key(op: str, out_shape, A, B, with_bias: bool) -> tuple:
-    """What a workspace is made for: the op, the shapes, the dtype, and whether a bias is added."""
-    return op, tuple(out_shape), tuple(A.shape), tuple(B.shape), A.dtype, with_bias
+def _key(op: str, out_shape, A, B) -> tuple:
+    """What a workspace is made for: the op, the shapes and the dtype. Only what every rank has alike: a call
+    that allocates in a new workspace is collective, and ranks may differ in what else they pass (a bias on rank
+    0 alone adds it once); a key holding that made one rank allocate while another waited at the barrier."""
+    return op, tuple(out_shape), tuple(A.shape), tuple(B.shape), A.dtype
 
 
 def _check_operands(ctx, op, A, B) -> None:

@@ -21,7 +21,7 @@ class Ops:
         self._workspaces: dict[tuple, Workspace] = {}
 
     def workspace_for(self, key: tuple) -> Workspace:
-        """The workspace kept for ``key`` (op, shapes, dtype, bias), made empty on first use."""
+        """The workspace kept for ``key`` (op, shapes, dtype), made empty on first use."""
         if key not in self._workspaces:
             self._workspaces[key] = Workspace(key)
         return self._workspaces[key]
