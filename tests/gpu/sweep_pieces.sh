@@ -10,8 +10,10 @@ rc=0
 sweep() {
   torchrun --nproc_per_node=2 benchmarks/fused_ops.py "$@" || { status=$?; [ "$rc" -ne 0 ] || rc=$status; }
 }
-sweep --ops matmul_all_gather,matmul_all_reduce --chunks 2,3,4 --growth 1,0.5
-sweep --ops all_gather_matmul --chunks 2,3 --growth 1,4,16
-sweep --ops matmul_reduce_scatter --chunks 2 --growth 1,0.5
+# The overlap goal's rows (M = 8192) by default; SHAPES=... (MxNxK, comma-separated) for others.
+shapes=${SHAPES:-8192x8192x8192,8192x28672x8192,8192x8192x28672}
+sweep --shapes "$shapes" --ops matmul_all_gather,matmul_all_reduce --chunks 2,3,4 --growth 1,0.6,0.4
+sweep --shapes "$shapes" --ops all_gather_matmul --chunks 2,3 --growth 1,4,8,16
+sweep --shapes "$shapes" --ops matmul_reduce_scatter --chunks 2,3 --growth 1,0.5
 if [ -n "${OUT:-}" ]; then cp benchmarks/RESULTS.md "$OUT/"; fi
 exit "$rc"
