@@ -92,8 +92,8 @@ def choose_allocator(allocator_type: str | None = None) -> str:
     requested = str(requested).strip().lower() or "torch"
     if requested == "vmem":
         raise NotImplementedError(
-            "allocator_type='vmem' is upstream Iris's virtual-memory allocator for AMD GPUs (HIP VMM: a heap "
-            "that grows on demand, as_symmetric sharing an outside tensor's memory); iris-workbench has no "
+            "allocator_type='vmem' is AMD-only: upstream Iris's virtual-memory allocator for AMD GPUs (HIP VMM: "
+            "a heap that grows on demand, as_symmetric sharing an outside tensor's memory); iris-workbench has no "
             "equivalent on its cuda or cpu backend. Use allocator_type='torch' (the default; unset "
             "IRIS_ALLOCATOR): its heap gives memory back when tensors die, and as_symmetric copies."
         )

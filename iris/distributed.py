@@ -1,4 +1,5 @@
-"""The host-side process group iris uses to exchange small Python objects between ranks (gloo).
+"""The host-side process group iris uses to exchange small Python objects between ranks (gloo), and upstream
+Iris's host helper :func:`distributed_allgather_multidim`.
 
 ``torch.distributed`` is initialised from the torchrun variables (``RANK``, ``WORLD_SIZE``,
 ``MASTER_ADDR``, ``MASTER_PORT``) when it is not yet initialised, or as a world of one. When the user
@@ -18,6 +19,7 @@ import atexit
 import os
 from datetime import timedelta
 
+import numpy as np
 import torch.distributed as dist
 
 _TIMEOUT = timedelta(seconds=float(os.environ.get("IRIS_TIMEOUT", "1800")))
@@ -61,6 +63,34 @@ class HostGroup:
     def barrier(self) -> None:
         """Wait until every rank reaches this point."""
         dist.barrier(group=self.group)
+
+
+def distributed_allgather_multidim(data, group=None) -> np.ndarray:
+    """Every rank's ``data`` (an array of the same shape and dtype on every rank), flattened: row ``r`` of the
+    ``(world, data.size)`` numpy result is rank ``r``'s. Collective over ``group`` (default: the whole world).
+
+    Upstream Iris's host helper (``iris.host.distributed.helpers``), for small host-side tables such as a
+    paged-attention block table. The arrays travel as Python objects, so any backend (gloo or NCCL) carries them.
+
+    Examples
+    --------
+    >>> tables = distributed_allgather_multidim(np.arange(6).reshape(2, 3) + 10 * rank)   # doctest: +SKIP
+    >>> tables.shape                                                                       # doctest: +SKIP
+    (2, 6)
+    """
+    if not dist.is_initialized():
+        raise RuntimeError("distributed_allgather_multidim: torch.distributed is not initialised: call "
+                           "dist.init_process_group (or make an iris context, which does) first")
+    array = np.asarray(data)
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    arrays = [None] * world
+    dist.all_gather_object(arrays, array, group=group)
+    different = [r for r, other in enumerate(arrays) if other.shape != array.shape or other.dtype != array.dtype]
+    if different:
+        raise ValueError(f"rank {rank}: distributed_allgather_multidim: this rank's array is {array.shape} "
+                         f"{array.dtype} but rank {different[0]}'s is {arrays[different[0]].shape} "
+                         f"{arrays[different[0]].dtype}: every rank must pass the same shape and dtype")
+    return np.stack(arrays).reshape(world, -1)
 
 
 def _destroy_at_exit(group) -> None:

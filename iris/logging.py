@@ -26,16 +26,25 @@ logger = logging.getLogger("iris")
 
 
 class IrisFormatter(logging.Formatter):
-    """``[Iris] [rank/world] message``; ``[Iris] message`` for a record that names no rank.
+    """``[Iris] [rank/world] message``, ``?`` for what the record does not say (``[Iris] [?/?] message`` for a
+    line of ``iris.logger`` written outside any context), as upstream's.
 
     The rank and world ride on the record as ``iris_rank`` and ``iris_num_ranks`` (upstream's attribute
-    names), so records that upstream-style code builds by hand format the same way.
+    names), so records that upstream-style code builds by hand format the same way; a record marked
+    ``iris_internal`` (upstream's mark for its library's own lines) also names the module that wrote it:
+    ``[Iris] [0/4] [all_gather] message``.
+
+    Examples
+    --------
+    >>> record = logging.LogRecord("iris", INFO, "", 0, "heap ready", (), None)
+    >>> IrisFormatter().format(record)
+    '[Iris] [?/?] heap ready'
     """
 
     def format(self, record: logging.LogRecord) -> str:
-        where = "[Iris]"
-        if hasattr(record, "iris_rank"):
-            where += f" [{record.iris_rank}/{getattr(record, 'iris_num_ranks', '?')}]"
+        where = f"[Iris] [{getattr(record, 'iris_rank', '?')}/{getattr(record, 'iris_num_ranks', '?')}]"
+        if getattr(record, "iris_internal", False):
+            where += f" [{record.module}]"
         level = f"{record.levelname}: " if record.levelno >= WARNING else ""
         return f"{where} {level}{record.getMessage()}"
 

@@ -7,6 +7,18 @@ module object, not a copy, so every name in it is ours. Upstream's folders betwe
 modules is given attributes it did not have, except ``iris.device.utils`` (our ``iris.device`` is a module,
 upstream's a folder).
 
+Some upstream paths name, below one of our modules, a name that module already has for something else:
+``iris.ops.matmul_reduce_scatter`` (upstream's module; ours is the function ``iris.ops.matmul_reduce_scatter``)
+and ``iris.device.triton`` (upstream's old folder; in our ``iris.device`` the name ``triton`` is Triton itself,
+which its kernels use). :data:`IMPORT_ONLY` lists them: they are entries of ``sys.modules`` and nothing else.
+Python's import reads ``sys.modules`` before it looks at the parent (it would refuse ``iris.device.triton``
+since ``iris.device`` is no package), so ``from iris.ops.matmul_reduce_scatter import matmul_reduce_scatter``
+and ``from iris.device.triton.context import DeviceContext`` work, while ``iris.ops.matmul_reduce_scatter``
+stays the function and ``iris.device.triton`` stays Triton. The one thing that does not work is reaching such a
+path by attributes after ``import iris.device.triton.context``; upstream's tests and examples import by ``from``.
+(A finder on ``sys.meta_path`` would not do: the import system calls it only for a parent with ``__path__``,
+and after loading it sets the module as the parent's attribute, the very shadowing avoided here.)
+
 Examples
 --------
 >>> import iris
@@ -16,6 +28,9 @@ True
 >>> import iris.host.iris
 >>> iris.host.iris is iris.context
 True
+>>> from iris.device.triton.context import DeviceContext
+>>> DeviceContext is iris.DeviceContext and iris.device.triton is __import__("triton")
+True
 """
 
 from __future__ import annotations
@@ -24,8 +39,7 @@ import importlib
 import sys
 import types
 
-# upstream path -> our module. Upstream's backward-compatibility shims iris.device.triton / iris.device.gluon are
-# left out: they would be attributes `triton` / `gluon` of our iris.device, where those names are Triton's.
+# upstream path -> our module, registered in sys.modules and as an attribute of its parent.
 UPSTREAM_MODULES = {
     "iris.host.iris": "iris.context",
     "iris.host.platform.hip": "iris.hip",
@@ -41,6 +55,22 @@ UPSTREAM_MODULES = {
     "iris.mem.gluon.context": "iris.gluon",
     "iris.mem.utils": "iris.device_utils",
     "iris.device.utils": "iris.device_utils",
+    "iris.ops.workspace": "iris.ops.config",
+}
+
+# upstream path -> our module (or an upstream folder registered above), in sys.modules only: the parent already
+# has this name for something else (see the module's docstring). Upstream's per-op modules are all in iris.ops;
+# its old iris.device.triton / iris.device.gluon folders are its iris.mem.triton / iris.mem.gluon.
+IMPORT_ONLY = {
+    "iris.ops.matmul_all_reduce": "iris.ops",
+    "iris.ops.matmul_all_gather": "iris.ops",
+    "iris.ops.matmul_reduce_scatter": "iris.ops",
+    "iris.ops.all_gather_matmul": "iris.ops",
+    "iris.device.triton": "iris.mem.triton",
+    "iris.device.triton.context": "iris.device",
+    "iris.device.triton.ops": "iris.device",
+    "iris.device.gluon": "iris.mem.gluon",
+    "iris.device.gluon.context": "iris.gluon",
 }
 
 
@@ -58,9 +88,12 @@ def _namespace(path: str) -> types.ModuleType:
 
 
 def install() -> None:
-    """Register every path of :data:`UPSTREAM_MODULES`; idempotent. ``import iris`` calls it."""
+    """Register every path of :data:`UPSTREAM_MODULES` and :data:`IMPORT_ONLY`; idempotent. ``import iris``
+    calls it."""
     for path, ours in UPSTREAM_MODULES.items():
         module = importlib.import_module(ours)
         parent, _, name = path.rpartition(".")
         sys.modules[path] = module
         setattr(_namespace(parent), name, module)
+    for path, ours in IMPORT_ONLY.items():  # after the table above: iris.mem.triton and iris.mem.gluon exist
+        sys.modules[path] = importlib.import_module(ours)

@@ -12,7 +12,11 @@ import torch
 
 import iris
 from iris.ops import FusedConfig, matmul_all_reduce_preamble
-from iris.ops.all_gather_matmul_hbm_buffer import all_gather_matmul_hbm_buffer, all_gather_matmul_hbm_buffer_preamble
+from iris.ops.all_gather_matmul_hbm_buffer import (
+    _auto_config,
+    all_gather_matmul_hbm_buffer,
+    all_gather_matmul_hbm_buffer_preamble,
+)
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
 
@@ -131,3 +135,45 @@ def heap_offset():
             "reused": again.data_ptr() == scratch_address, "kept_ends": kept_reserves, "kept": kept.numel(),
             "quiet": [str(w.message) for w in quiet],
             "loud": [(w.category.__name__, str(w.message)) for w in loud], "messages": messages}
+
+
+def upstream_op_modules(m, k, n):
+    """Upstream's per-op module paths as its tests/ops import them: the preambles of matmul_reduce_scatter and
+    matmul_all_gather, then the op with the prepared workspace, against torch; a full (M, N) C refused by the
+    preamble as by the op; iris.host.distributed.helpers.distributed_allgather_multidim of a per-rank table."""
+    from iris.host.distributed.helpers import distributed_allgather_multidim
+    from iris.ops.matmul_all_gather import matmul_all_gather, matmul_all_gather_preamble
+    from iris.ops.matmul_reduce_scatter import matmul_reduce_scatter, matmul_reduce_scatter_preamble
+
+    ctx = iris.iris("32MiB", backend=BACKEND)
+    rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
+    As, B = _inputs((m, k), world, 30, device), _inputs((k, n), 1, 40, device)[0]
+    A = ctx.zeros(m, k)
+    A.copy_(As[rank])
+    block = n // world
+    scattered = ctx.full((m, block), 7.0)
+    workspace = matmul_reduce_scatter_preamble(ctx, scattered, A, B)
+    zeroed, prepared = bool((scattered == 0).all()), workspace.prepared
+    returned = matmul_reduce_scatter(ctx, scattered, A, B, workspace=workspace)
+    summed = sum(a @ B for a in As)[:, rank * block:(rank + 1) * block]
+    gathered = ctx.zeros(m * world, n)
+    gather_workspace = matmul_all_gather_preamble(ctx, A, B)
+    gather_returned = matmul_all_gather(ctx, gathered, A, B, workspace=gather_workspace)
+    config, k_per_flag, fetch_sms, fetch_stages, first_fetch_sms = _auto_config(m, n, k * world, world)
+    A_sharded, staged = ctx.zeros(m, k), ctx.zeros(m, n)
+    A_sharded.copy_(As[rank])
+    all_gather_matmul_hbm_buffer(ctx, staged, A_sharded, B.repeat(world, 1), config=config, k_per_flag=k_per_flag,
+                                 num_fetch_sms=fetch_sms, num_fetch_stages=fetch_stages,
+                                 first_stage_fetch_sms=first_fetch_sms)
+    table = torch.arange(6, dtype=torch.int32).reshape(2, 3) + 10 * rank
+    tables = distributed_allgather_multidim(table.numpy())
+    uneven = _error(lambda: distributed_allgather_multidim(torch.arange(4 - rank).numpy()))  # every rank refuses
+    ctx.barrier()
+    return {
+        "rank": rank, "zeroed": zeroed, "prepared": prepared, "same_workspace": returned is workspace,
+        "scatter_error": (scattered - summed).abs().max().item(),
+        "full_c": _error(lambda: matmul_reduce_scatter_preamble(ctx, ctx.zeros(m, n), A, B)),
+        "gather_prepared": gather_workspace.prepared, "gather_same_workspace": gather_returned is gather_workspace,
+        "gather_error": (gathered - torch.cat([a @ B for a in As])).abs().max().item(),
+        "auto_config_error": (staged - torch.cat(As, dim=1) @ B.repeat(world, 1)).abs().max().item(),
+        "tables": tables.tolist(), "tables_dtype": str(tables.dtype), "uneven": uneven}

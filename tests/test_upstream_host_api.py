@@ -86,11 +86,14 @@ def test_logging_names_and_format():
     assert isinstance(iris.logger.handlers[0], logging.StreamHandler)
     formatter = iris.logging.IrisFormatter()
     record = logging.LogRecord("iris", logging.INFO, "", 0, "no rank", (), None)
-    assert formatter.format(record) == "[Iris] no rank"
+    assert formatter.format(record) == "[Iris] [?/?] no rank"  # upstream's mark of an unknown rank
     record.iris_rank, record.iris_num_ranks = 2, 4
     assert formatter.format(record) == "[Iris] [2/4] no rank"
     record.levelno, record.levelname = logging.WARNING, "WARNING"
     assert formatter.format(record) == "[Iris] [2/4] WARNING: no rank"
+    internal = logging.LogRecord("iris", logging.INFO, "iris/ccl/all_gather.py", 0, "launched", (), None)
+    internal.iris_internal, internal.iris_rank, internal.iris_num_ranks = True, 0, 4
+    assert formatter.format(internal) == "[Iris] [0/4] [all_gather] launched"  # upstream's library lines
 
 
 # -- multi-rank, real processes ------------------------------------------------------------------
@@ -108,5 +111,5 @@ def test_upstream_host_api_on_every_rank(world, log_level):
         ]
         assert r["log"] == [
             f"[Iris] [{rank}/{world}] an info line", f"[Iris] [{rank}/{world}] a debug line",
-            f"[Iris] [{rank}/{world}] ERROR: an error line", "[Iris] no rank",
+            f"[Iris] [{rank}/{world}] ERROR: an error line", "[Iris] [?/?] no rank",
         ]

@@ -60,6 +60,67 @@ def test_every_upstream_path_is_our_module(path):
     assert getattr(importlib.import_module(parent), name) is ours
 
 
+@pytest.mark.parametrize("path", sorted(upstream_layout.IMPORT_ONLY))
+def test_import_only_paths_import_without_shadowing_the_parents_names(path):
+    """Upstream's per-op modules and old iris.device.triton/gluon folders import as our modules, and the parent's
+    name stays what it was: iris.ops.matmul_reduce_scatter the function, iris.device.triton Triton."""
+    ours = importlib.import_module(upstream_layout.IMPORT_ONLY[path])
+    assert importlib.import_module(path) is ours and sys.modules[path] is ours
+    parent, _, name = path.rpartition(".")
+    if parent in ("iris.ops", "iris.device"):  # our modules keep their own names
+        assert getattr(importlib.import_module(parent), name, None) is not ours
+    else:  # upstream's folder (iris.device.triton is iris.mem.triton's namespace) holds the alias
+        assert getattr(importlib.import_module(parent), name) is ours
+    assert iris.device.triton is triton and callable(iris.ops.matmul_reduce_scatter)
+
+
+def test_upstream_device_context_paths_in_a_fresh_process(tmp_path):
+    """upstream's tests/unittests/test_device_context.py: DeviceContext by its three paths is one class; importing
+    iris.device.triton.context first (then the whole package by attribute) leaves iris.device's Triton alone."""
+    result = _python("""
+        import json
+        from iris.device.triton.context import DeviceContext as by_old_path
+        import iris.device.triton.context
+        from iris import DeviceContext
+        from iris.mem.triton.context import Context
+        import triton
+        print(json.dumps({"same": by_old_path is DeviceContext is Context,
+                          "triton": iris.device.triton is triton and iris.device.tl is triton.language}))
+    """, tmp_path)
+    assert result == {"same": True, "triton": True}
+
+
+def test_upstream_op_module_paths_and_allgather_multidim_on_two_ranks():
+    """upstream's tests/ops and tests/examples imports: the reduce-scatter and all-gather preambles through the
+    per-op module paths prepare the workspace the op then uses (results against torch); a full (M, N) C is
+    refused by the preamble as by the op; all_gather_matmul_hbm_buffer takes _auto_config's answer;
+    distributed_allgather_multidim gives every rank's table, row r rank r's, and every rank refuses arrays of
+    different shapes."""
+    for result in run_ranks(2, f"{OPS_CASES}:upstream_op_modules", 8, 6, 4):
+        rank = result["rank"]
+        assert result["zeroed"] and result["prepared"] and result["same_workspace"], result
+        assert result["gather_prepared"] and result["gather_same_workspace"], result
+        assert result["scatter_error"] < 1e-4 and result["gather_error"] < 1e-4, result
+        assert result["auto_config_error"] < 1e-4, result
+        assert result["full_c"].startswith(f"ValueError: rank {rank}: matmul_reduce_scatter: out is the full (M, N)")
+        assert result["tables"] == [[0, 1, 2, 3, 4, 5], [10, 11, 12, 13, 14, 15]]
+        assert result["tables_dtype"] == "int32"
+        assert result["uneven"].startswith(f"ValueError: rank {rank}: distributed_allgather_multidim: this rank's "
+                                           f"array is ({4 - rank},) int64 but rank {1 - rank}'s is ({3 + rank},)")
+
+
+def test_auto_config_of_the_staged_all_gather_matmul_answers_alike_for_every_shape():
+    """Upstream's tests/ops import _auto_config and _CHAMPION_CONFIGS; none of the fetcher's knobs has an effect
+    here, so it answers alike for every shape (the 2-rank test above passes its answer to the op)."""
+    from iris.ops.all_gather_matmul_hbm_buffer import _CHAMPION_CONFIGS, _auto_config
+
+    assert _CHAMPION_CONFIGS == {}
+    for shape in ((1024, 256, 1024, 8), (256, 256, 512, 2)):
+        assert _auto_config(*shape) == (iris.ops.FusedConfig(), 1, 1, 1, 1)
+    with pytest.raises(ValueError, match="_auto_config's K must be an int >= 1, got 0"):
+        _auto_config(8, 8, 0)
+
+
 def test_upstream_names_are_our_objects():
     """Names imported through upstream's paths, and iris.Context / iris.gluon.Context, are our objects."""
     from iris.device.utils import read_realtime as upstream_clock

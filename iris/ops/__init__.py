@@ -8,9 +8,12 @@
   ``A @ B``. Upstream's variant writes a full ``(M, N)`` tensor of which only this rank's tiles are valid;
   ours gives just the block (no memory for tiles nobody may read), and refuses a full-size ``out`` saying so.
 
-Upstream's preambles (:func:`matmul_all_reduce_preamble`, :func:`all_gather_matmul_preamble`) make a workspace
-before the calls; :mod:`iris.ops.all_gather_matmul_hbm_buffer` is all_gather_matmul's chunked path under
-upstream's name for its staged kernel.
+Upstream's preambles (:func:`matmul_all_reduce_preamble`, :func:`all_gather_matmul_preamble`,
+:func:`matmul_all_gather_preamble`, :func:`matmul_reduce_scatter_preamble`) make a workspace before the calls;
+:mod:`iris.ops.all_gather_matmul_hbm_buffer` is all_gather_matmul's chunked path under upstream's name for its
+staged kernel. Upstream's per-op modules (``iris.ops.matmul_reduce_scatter``...) are this module under those
+paths (:mod:`iris.upstream_layout`), so ``from iris.ops.matmul_reduce_scatter import matmul_reduce_scatter``
+gives the function below.
 
 Each is a function taking the context first (``iris.ops.matmul_all_reduce(ctx, out, A, B)``) and a method of
 ``ctx.ops`` (``ctx.ops.matmul_all_reduce(out, A, B)``); every rank calls it with the same shapes. fp16, bf16
@@ -56,12 +59,13 @@ import functools
 import torch
 
 from . import chunked, pieces, sequential
-from .config import DTYPES, FusedConfig, Workspace
+from .config import DTYPES, FusedConfig, FusedWorkspace, Workspace
 from .graphs import call_key
 
-__all__ = ["FusedConfig", "OpsNamespace", "Workspace", "all_gather_matmul", "all_gather_matmul_hbm_buffer",
-           "all_gather_matmul_hbm_buffer_preamble", "all_gather_matmul_preamble", "choose_path", "matmul_all_gather",
-           "matmul_all_reduce", "matmul_all_reduce_preamble", "matmul_reduce_scatter"]
+__all__ = ["FusedConfig", "FusedWorkspace", "OpsNamespace", "Workspace", "all_gather_matmul",
+           "all_gather_matmul_hbm_buffer", "all_gather_matmul_hbm_buffer_preamble", "all_gather_matmul_preamble",
+           "choose_path", "matmul_all_gather", "matmul_all_gather_preamble", "matmul_all_reduce",
+           "matmul_all_reduce_preamble", "matmul_reduce_scatter", "matmul_reduce_scatter_preamble"]
 
 CHUNKED = {"matmul_all_gather": chunked.matmul_all_gather, "all_gather_matmul": chunked.all_gather_matmul,
            "matmul_all_reduce": chunked.matmul_all_reduce, "matmul_reduce_scatter": chunked.matmul_reduce_scatter}
@@ -129,17 +133,7 @@ def matmul_reduce_scatter(ctx, out, A, B, bias=None, async_op=False, config=None
     >>> out = ctx.zeros(M, N // ctx.num_ranks, dtype=torch.bfloat16)      # doctest: +SKIP
     >>> iris.ops.matmul_reduce_scatter(ctx, out, A, B)                    # doctest: +SKIP
     """
-    world = ctx.num_ranks
-    m, k, n = _matmul_dims(ctx, "matmul_reduce_scatter", A, B)
-    if n % world:
-        raise ValueError(f"rank {ctx.cur_rank}: matmul_reduce_scatter splits N = {n} columns over {world} ranks: "
-                         "N must be a multiple of the world size")
-    if isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n) and world > 1:
-        raise ValueError(f"rank {ctx.cur_rank}: matmul_reduce_scatter: out is the full (M, N) = ({m}, {n}) product; "
-                         f"ours writes only this rank's column block, out of shape (M, N / world) = ({m}, {n // world})"
-                         " (upstream Iris fills the full tensor's own tiles only; take out[:, rank * N/world:...] of "
-                         "its result to compare)")
-    _check_out(ctx, "matmul_reduce_scatter", out, (m, n // world), A.dtype)
+    n = _scattered_dims(ctx, out, A, B)[2]
     _check_bias(ctx, "matmul_reduce_scatter", bias, n, A.dtype)
     return _run(ctx, "matmul_reduce_scatter", sequential.matmul_reduce_scatter, out, A, B, bias, async_op, config,
                 workspace)
@@ -173,6 +167,39 @@ def all_gather_matmul_preamble(ctx, A_sharded, B, config=None, workspace=None) -
     """
     m, n = _gathered_dims(ctx, "all_gather_matmul", A_sharded, B)
     return _prepared(ctx, "all_gather_matmul", _key("all_gather_matmul", (m, n), A_sharded, B), config,
+                     workspace)
+
+
+def matmul_reduce_scatter_preamble(ctx, C, A, B, config=None, workspace=None) -> Workspace:
+    """Upstream's preamble of :func:`matmul_reduce_scatter`: the workspace for these shapes, marked ``prepared``,
+    with ``C`` zeroed and every rank past a barrier. ``C`` is ours, this rank's (M, N / world) column block
+    (a full (M, N) ``C`` is refused as by the op). Collective.
+
+    Upstream's preamble also refuses a workspace whose per-tile locks are fewer than ``config``'s tiles ("Lock
+    array too small"); here no lock is per tile (the tile sizes have no effect), so no block size makes a
+    workspace too small: one made for other shapes is replaced, as by every preamble.
+
+    Examples
+    --------
+    >>> ws = iris.ops.matmul_reduce_scatter_preamble(ctx, C, A, B)           # doctest: +SKIP
+    >>> iris.ops.matmul_reduce_scatter(ctx, C, A, B, workspace=ws)         # doctest: +SKIP
+    """
+    _scattered_dims(ctx, C, A, B)
+    return _prepared(ctx, "matmul_reduce_scatter", _key("matmul_reduce_scatter", C.shape, A, B), config, workspace,
+                     zero=C)
+
+
+def matmul_all_gather_preamble(ctx, A, B, config=None, workspace=None) -> Workspace:
+    """Upstream's preamble of :func:`matmul_all_gather`: the workspace for these shapes (``out`` of
+    (M * world, N)), marked ``prepared``, every rank past a barrier. Collective.
+
+    Examples
+    --------
+    >>> ws = iris.ops.matmul_all_gather_preamble(ctx, A, B)                  # doctest: +SKIP
+    >>> iris.ops.matmul_all_gather(ctx, out, A, B, workspace=ws)           # doctest: +SKIP
+    """
+    m, _, n = _matmul_dims(ctx, "matmul_all_gather", A, B)
+    return _prepared(ctx, "matmul_all_gather", _key("matmul_all_gather", (m * ctx.num_ranks, n), A, B), config,
                      workspace)
 
 
@@ -283,6 +310,22 @@ def _gathered_dims(ctx, op, A_sharded, B) -> tuple[int, int]:
                          f"{world} x {k_local} = {world * k_local} columns: B must be (K, N) with K = world x the "
                          "shard's columns")
     return m, B.shape[1]
+
+
+def _scattered_dims(ctx, out, A, B) -> tuple[int, int, int]:
+    """(M, K, N) of matmul_reduce_scatter, once its operands and ``out`` (M, N / world) are checked."""
+    world = ctx.num_ranks
+    m, k, n = _matmul_dims(ctx, "matmul_reduce_scatter", A, B)
+    if n % world:
+        raise ValueError(f"rank {ctx.cur_rank}: matmul_reduce_scatter splits N = {n} columns over {world} ranks: "
+                         "N must be a multiple of the world size")
+    if isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n) and world > 1:
+        raise ValueError(f"rank {ctx.cur_rank}: matmul_reduce_scatter: out is the full (M, N) = ({m}, {n}) product; "
+                         f"ours writes only this rank's column block, out of shape (M, N / world) = ({m}, {n // world})"
+                         " (upstream Iris fills the full tensor's own tiles only; take out[:, rank * N/world:...] of "
+                         "its result to compare)")
+    _check_out(ctx, "matmul_reduce_scatter", out, (m, n // world), A.dtype)
+    return m, k, n
 
 
 def _matmul_dims(ctx, op, A, B) -> tuple[int, int, int]:

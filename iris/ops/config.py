@@ -200,3 +200,8 @@ class Workspace:
         if key not in self.buffers:
             self.buffers[key] = ctx.empty(*shape, dtype=dtype, name=f"ops.{self.key[0]}.{name}")
         return self.buffers[key]
+
+
+# Upstream's name of the workspace class (iris.ops.workspace.FusedWorkspace: iris.ops.workspace is this module).
+# Its fields are ours: the ops make it (or a preamble does), never the caller.
+FusedWorkspace = Workspace
