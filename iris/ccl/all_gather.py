@@ -111,7 +111,8 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     async_op : bool
         True: return at once; ``wait()`` on the result (a device barrier) before reusing the tensors.
     config : Config, optional
-        ``all_gather_variant`` "push" or "pull" picks the algorithm (anything else: by size).
+        ``all_gather_variant`` "push" or "pull" picks the algorithm (anything else: by size); ``use_gluon=True``
+        runs it as Gluon kernels (:mod:`iris.ccl.gluon_all_gather`).
     workspace : Workspace, optional
         From an earlier call with the same shapes (``ctx.ccl`` keeps one for you).
 
@@ -144,17 +145,24 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     grid = programs(ctx, config, cdiv(n, block))
     variant = choose_gather_variant(config.all_gather_variant, n * input_tensor.element_size(), world)
     key = ("all_gather", variant, n, input_tensor.dtype, grid, block, group_of_call.key)
+    push, pull = push_kernel, pull_kernel
     common = dict(**group_of_call.kernel_args(), BLOCK=block, num_warps=config.num_warps)
+    if config.use_gluon:  # the same algorithms and workspaces, as Gluon kernels (imported here: they import ARRIVED)
+        from . import gluon_all_gather
+
+        push, pull = gluon_all_gather.gluon_push_kernel, gluon_all_gather.gluon_pull_kernel
+        common = gluon_all_gather.kernel_options(ctx, group_of_call, input_tensor.element_size(), block,
+                                                 config.num_warps)
     if variant == "push":
         workspace = inbox_workspace(ctx, workspace, key, grid, input_tensor, group_of_call)
-        launch(workspace, call, tensors, push_kernel, (grid,), ctx.get_device_context(), input_tensor, output_tensor,
+        launch(workspace, call, tensors, push, (grid,), ctx.get_device_context(), input_tensor, output_tensor,
                workspace.scratch, workspace.flags, workspace.epochs, n, inbox_stride(n), HINT=inbox_hint(workspace),
                **common)
         return workspace
     workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS, members=group_of_call)
     in_place = input_tensor.data_ptr() == own_slice
     src, src_step = (output_tensor, n) if in_place else (input_tensor, 0)
-    launch(workspace, call, tensors, pull_kernel, (grid,), ctx.get_device_context(), src, src_step, output_tensor,
+    launch(workspace, call, tensors, pull, (grid,), ctx.get_device_context(), src, src_step, output_tensor,
            workspace.flags, workspace.epochs, n, WAIT_DONE=not async_op,
            HINT=hint(*((src, s * src_step) for s in range(world))), **common)
     return workspace

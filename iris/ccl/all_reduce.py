@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .config import Config
+from .config import Config, refuse_gluon
 from .fast_path import call_key, launch, replay
 from .groups import GroupContext, Members, members
 from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
@@ -192,6 +192,7 @@ def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace
     >>> ws = iris.ccl.all_reduce_preamble(out, inp, ctx)    # doctest: +SKIP
     """
     config = config or Config()
+    refuse_gluon(ctx, config, "all_reduce")
     group_of_call = group if isinstance(group, Members) else members(ctx, group, "all_reduce")
     n, world = input_tensor.numel(), group_of_call.size
     variant = config.all_reduce_variant or choose_variant(n * input_tensor.element_size(), world)

@@ -70,7 +70,8 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     async_op : bool
         True: return at once; ``wait()`` on the result (a device barrier) before reusing the tensors.
     config : Config, optional
-        ``block_size_m`` x ``block_size_n`` is the tile one program moves per step.
+        ``block_size_m`` x ``block_size_n`` is the tile one program moves per step; ``use_gluon=True`` runs the
+        same algorithm as a Gluon kernel (:mod:`iris.ccl.gluon_all_to_all`).
     workspace : Workspace, optional
         From an earlier call with the same shapes (``ctx.ccl`` keeps one for you).
 
@@ -105,8 +106,15 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS, members=group_of_call)
     row_bytes, col_bytes = input_tensor.stride(0) * input_tensor.element_size(), N * input_tensor.element_size()
     aligned = input_tensor.data_ptr() % 16 == 0 and row_bytes % 16 == 0 and col_bytes % 16 == 0 and bn >= 16
-    launch(workspace, call, tensors, all_to_all_kernel, (grid,), ctx.get_device_context(), input_tensor,
-           output_tensor, workspace.flags, workspace.epochs, M, N, input_tensor.stride(0),
-           **group_of_call.kernel_args(), BLOCK_M=bm, BLOCK_N=bn, WAIT_DONE=not async_op, WIDE=aligned,
-           num_warps=config.num_warps)
+    kernel, options = all_to_all_kernel, dict(**group_of_call.kernel_args(), BLOCK_M=bm, BLOCK_N=bn,
+                                              num_warps=config.num_warps)
+    if config.use_gluon:  # the same algorithm and workspace, as a Gluon kernel (imported here: it imports ARRIVED)
+        from . import gluon_all_to_all
+
+        kernel = gluon_all_to_all.gluon_all_to_all_kernel
+        options = gluon_all_to_all.kernel_options(ctx, group_of_call, input_tensor.element_size(), bm, bn,
+                                                  config.num_warps)
+    launch(workspace, call, tensors, kernel, (grid,), ctx.get_device_context(), input_tensor, output_tensor,
+           workspace.flags, workspace.epochs, M, N, input_tensor.stride(0), WAIT_DONE=not async_op, WIDE=aligned,
+           **options)
     return workspace

@@ -24,6 +24,7 @@ UPSTREAM_ALL_GATHER_VARIANTS = ("persistent", "partitioned")  # upstream's tiled
 MIN_BLOCK = 16  # remote accesses are hinted 16-aligned
 MAX_BLOCK = TRITON_MAX_TENSOR_NUMEL  # the most elements of one block (2**20 in triton 3.6 to 3.9)
 MAX_WARPS = 32  # 1024 threads, CUDA's largest block
+GLUON_COLLECTIVES = ("all_gather", "all_to_all")  # those with Gluon kernels (Config.use_gluon)
 
 
 def is_power_of_two(value: int) -> bool:
@@ -71,7 +72,11 @@ class Config:
         Warps per program on a GPU: a power of two up to 32 (Triton's rule; 32 warps fill a CUDA block of 1024
         threads). Checked on every backend, so that what runs on the CPU also runs on a GPU.
     use_gluon : bool
-        Upstream's Gluon kernels; not available here (NotImplementedError when True).
+        True: all_gather and all_to_all run as Gluon kernels (:mod:`iris.ccl.gluon_all_gather`,
+        :mod:`iris.ccl.gluon_all_to_all`), with the same algorithms, arguments and results as the Triton ones,
+        on GPUs and on the CPU interpreter. all_reduce and reduce_scatter have no Gluon kernel, here as upstream:
+        called with it they raise a ValueError that names them (upstream's refusal); the device barrier takes
+        no config.
     all_gather_variant : {None, "push", "pull", "persistent", "partitioned"}
         "push" or "pull" picks the algorithm; None and upstream's names pick by size (see
         :func:`iris.ccl.all_gather.choose_gather_variant`).
@@ -160,6 +165,20 @@ class Config:
             raise ValueError(f"threads_per_warp={self.threads_per_warp}: a warp has 32 threads (NVIDIA) or 64 (AMD)")
         if self.all_reduce_distribution not in (0, 1):
             raise ValueError(f"all_reduce_distribution={self.all_reduce_distribution}: use 0 (striding) or 1 (block)")
-        if self.use_gluon:
-            raise NotImplementedError("Config(use_gluon=True): iris-workbench's collectives are Triton kernels; "
-                                      "leave use_gluon=False")
+        if not isinstance(self.use_gluon, bool):
+            raise TypeError(f"Config(use_gluon={self.use_gluon!r}): use True or False")
+
+
+def refuse_gluon(ctx, config: Config | None, collective: str) -> None:
+    """A ValueError for ``Config(use_gluon=True)`` passed to a collective with no Gluon kernel (all_reduce,
+    reduce_scatter), as upstream Iris refuses them, naming the collective and the rank.
+
+    Examples
+    --------
+    >>> refuse_gluon(ctx, Config(use_gluon=True), "all_reduce")            # doctest: +SKIP
+    ValueError: rank 0: all_reduce has no Gluon kernel (Gluon runs all_gather and all_to_all) ...
+    """
+    if config is not None and config.use_gluon:
+        raise ValueError(f"rank {ctx.cur_rank}: {collective} has no Gluon kernel (Gluon runs "
+                         f"{' and '.join(GLUON_COLLECTIVES)}), as in upstream Iris: call {collective} with "
+                         "use_gluon=False (the default)")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .config import Config
+from .config import Config, refuse_gluon
 from .fast_path import call_key, launch, replay
 from .groups import GroupContext, members
 from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
@@ -135,6 +135,7 @@ def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_
         return workspace
     config = config or Config()
     check_op(ctx, op)
+    refuse_gluon(ctx, config, "reduce_scatter")
     group_of_call = members(ctx, group, "reduce_scatter")
     check_tensors(ctx, "reduce_scatter", output_tensor, input_tensor, reduce=True)
     if overlaps(output_tensor, input_tensor) and output_tensor.data_ptr() != input_tensor.data_ptr():

@@ -1,0 +1,74 @@
+"""Flags and inboxes for the Gluon collectives: :func:`exchange` and :func:`deliver`, the Gluon twins of
+:func:`iris.ccl.sync.exchange` and :func:`iris.ccl.inbox.deliver`.
+
+Why twins: those build their blocks with ``tl.arange``, which Gluon refuses without a layout ("arange() missing
+1 required positional argument: 'layout'"). The protocol is theirs, unchanged: the same flags
+``[slot, member, program]`` (:func:`iris.ccl.sync.flag_of`), the same call counters, the same double-buffered
+inbox rows (:func:`iris.ccl.inbox.row` is shared as is), so a workspace serves Triton and Gluon calls alike.
+
+Examples
+--------
+>>> epoch = gl.load(epochs + pid) + 1                                               # doctest: +SKIP
+>>> exchange(ctx, flags, ARRIVED, epoch, pid, gl.num_programs(0), LAYOUT)   # every member's program pid is here
+"""
+
+import math
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from ..gluon import cta_barrier
+from .inbox import DELIVERED
+from .sync import flag_of, lanes
+
+
+@gluon.constexpr_function
+def lane_layout(layout):
+    """A 1-D layout over the threads and warps of ``layout`` (a ``gl.BlockedLayout`` of any rank), one element
+    per thread: the lanes of :func:`exchange` take the warp shape of the kernel's own blocks.
+
+    Why not ``gl.CoalescedLayout()``: triton 3.6's ``GluonInferCoalescedEncodingsPass`` aborts on the lanes'
+    reduction ("parent layout must have at least rank >= 2").
+    """
+    return gl.BlockedLayout([1], [math.prod(layout.threads_per_warp)], [math.prod(layout.warps_per_cta)], [0])
+
+
+@gluon.jit
+def exchange(ctx, flags, slot, epoch, pid, num_programs, LAYOUT: gl.constexpr):
+    """Tell every member of ``ctx``'s group that this program ``pid`` reached ``slot`` of call ``epoch``; wait
+    for theirs (one lane per member, one link round trip whatever the group's size; see
+    :func:`iris.ccl.sync.exchange`). ``ctx`` is a :class:`iris.ccl.gluon_group.GluonGroupContext`; ``LAYOUT``
+    the kernel's blocked layout (:func:`lane_layout`).
+    """
+    world: gl.constexpr = ctx.world_size
+    lane = gl.arange(0, lanes(world), layout=lane_layout(LAYOUT))
+    live = lane < world
+    members = gl.where(live, lane, ctx.rank)  # spare lanes name this member, so every address stays valid
+    cta_barrier()  # every thread's writes come before the releases
+    mine = flag_of(flags, slot, ctx.rank, pid, num_programs, world) + gl.zeros_like(lane)
+    # Gluon's atomics take no scalar value for a block of pointers: one per lane, here and below
+    ctx.atomic_xchg(mine, epoch + gl.zeros_like(lane), members, mask=live, sem="release", scope="sys")
+    theirs = flag_of(flags, slot, members, pid, num_programs, world)
+    while gl.min(gl.atomic_add(theirs, gl.zeros_like(lane), sem="acquire", scope="sys"), axis=0) < epoch:
+        pass
+    cta_barrier()  # no thread of the program reads data before every flag was seen
+
+
+@gluon.jit
+def deliver(ctx, inp, inbox, flags, epoch, n, stride, pid, num_programs, BLOCK: gl.constexpr,
+            HINT: gl.constexpr, LAYOUT: gl.constexpr):
+    """Write this program's blocks of ``inp`` into this member's row of every peer's inbox, then wait until
+    every peer's rows have come; returns this call's half of the local inbox (see
+    :func:`iris.ccl.inbox.deliver`). Blocks of ``BLOCK`` elements in ``LAYOUT``."""
+    rank: gl.constexpr = ctx.rank
+    world: gl.constexpr = ctx.world_size
+    box = inbox + gl.multiple_of((epoch % 2).to(gl.int64) * world * stride, 16)  # 64-bit: big inboxes
+    for block in range(pid, gl.cdiv(n, BLOCK), num_programs):
+        offs = block * BLOCK + gl.arange(0, BLOCK, layout=LAYOUT)
+        mask = offs < n
+        value = gl.load(inp + offs, mask=mask)
+        for i in gl.static_range(1, world):
+            peer = (rank + i) % world  # everyone starts with a different peer
+            gl.store(ctx.as_remote(box + rank * stride + offs, peer, mask, HINT), value, mask=mask)
+    exchange(ctx, flags, DELIVERED, epoch, pid, num_programs, LAYOUT)
+    return box
