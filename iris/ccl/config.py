@@ -64,7 +64,8 @@ class Config:
         alignment of remote accesses) to 2**20 (Triton's largest block), as the kernels' ``tl.arange`` needs.
         Default: 4096 on a GPU, 1024 on the CPU interpreter (whose cost is per operation, not per element).
     block_size_m, block_size_n : int
-        Tile of the 2-D all_to_all kernel, powers of two whose product is at most 2**20.
+        Tile of the 2-D all_to_all kernel, powers of two whose product is at most 2**20. all_gather's kernels,
+        Gluon's too, move flat blocks of ``block_size`` (upstream's Gluon all_gather tiles by these instead).
     comm_sms : int, optional
         Most programs a collective launches. Kernels wait on other ranks, so every program must be resident
         at once: at most the SM count on a GPU (default: the SM count; 2 on the CPU interpreter).
@@ -89,7 +90,8 @@ class Config:
         flat kernels have no loop to pipeline).
     threads_per_warp : {32, 64}
         The wavefront width upstream's Gluon kernels build their layouts for (64 on AMD); without effect
-        here: the kernels are Triton's, which know the warp width (32 on NVIDIA, 1 program on the CPU).
+        here: the Triton kernels know the warp width, and the Gluon ones read it from the GPU's target (32 on
+        NVIDIA; :func:`iris.ccl.gluon_layouts.warp_threads`).
     waves_per_eu : int
         An AMD occupancy hint (>= 0; 0: the compiler chooses). NVIDIA GPUs and the CPU have no such knob:
         without effect here.
