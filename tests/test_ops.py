@@ -59,14 +59,15 @@ def test_errors_say_what_and_what_to_do():
 
 
 def test_pieces_follow_the_shape():
-    """Pieces of at least 512 rows and 4M elements on average, at most 4 (2 for matmul_reduce_scatter and
-    all_gather_matmul), each op's growth; 2 ranks, where auto stays sequential on the CPU."""
+    """Pieces of at least 512 rows and 4M elements on average, at most 3 for matmul_all_reduce and
+    matmul_all_gather, 2 for matmul_reduce_scatter and all_gather_matmul, each op's growth; 2 ranks, where auto
+    stays sequential on the CPU."""
     rule = run_ranks(2, f"{CASES}:shape_rule")[0]["rule"]
     g = pieces.GROWTH
     assert rule["matmul_all_reduce (2048, 8192)"] == [["sequential", 2, g["matmul_all_reduce"]],
                                                       ["chunked", 2, g["matmul_all_reduce"]]]  # row blocks of 1024
-    assert rule["matmul_all_reduce (8192, 4096)"] == [["sequential", 4, g["matmul_all_reduce"]],
-                                                      ["chunked", 4, g["matmul_all_reduce"]]]
+    assert rule["matmul_all_reduce (8192, 4096)"] == [["sequential", 3, g["matmul_all_reduce"]],
+                                                      ["chunked", 3, g["matmul_all_reduce"]]]  # at most 3
     assert rule["matmul_reduce_scatter (2048, 8192)"] == [["sequential", 2, g["matmul_reduce_scatter"]],
                                                           ["chunked", 2, g["matmul_reduce_scatter"]]]  # at most 2
     assert rule["matmul_all_gather (2048, 8192)"] == [["sequential", 2, g["matmul_all_gather"]],

@@ -222,8 +222,8 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int,
 
     The chunked path cuts the rows that each rank computes for one destination (its row block for
     matmul_all_reduce, the whole product for matmul_reduce_scatter's column blocks and all_gather_matmul,
-    its own rows for matmul_all_gather) into pieces of at least 512 rows and 4M elements on average, at most 4 (2
-    for some ops) (:func:`iris.ops.pieces.count`), each ``growth`` times the size of the one before
+    its own rows for matmul_all_gather) into pieces of at least 512 rows and 4M elements on average, at most 2
+    to 4 by op (:func:`iris.ops.pieces.count`), each ``growth`` times the size of the one before
     (:func:`iris.ops.pieces.sizes`; even by default). ``"auto"`` takes it on GPUs when there are at least 2
     pieces (something to overlap), else the sequential path; matmul_all_reduce with a named
     ``config.all_reduce_variant`` takes the sequential path, whose all-reduce is :mod:`iris.ccl`'s of that name.
@@ -231,7 +231,7 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int,
     Examples
     --------
     >>> choose_path(ctx, "matmul_all_reduce", (8192, 8192), FusedConfig())     # on 2 GPUs   # doctest: +SKIP
-    ('chunked', 4, 1.0)
+    ('chunked', 3, 0.6)
     """
     world = ctx.num_ranks
     rows, columns = out_shape
