@@ -132,6 +132,57 @@ def _count(text: str, lines: list[str]) -> int:
     return sum(text in line for line in lines)
 
 
+def ccl_gluon() -> dict:
+    """The Gluon collectives (``Config(use_gluon=True)``) and their Triton twins, bf16 and fp32, specialised as a
+    launch specialises them (16-byte aligned pointers, sizes multiple of 16): per kernel, its ``#blocked``
+    layouts and how many 16-byte loads and stores (``.v4.b32``) its PTX holds."""
+    import importlib
+
+    from iris.ccl import gluon_all_gather, gluon_all_to_all
+    from iris.ccl.gluon_layouts import flat_layout, tile_layout
+
+    triton_gather, triton_all_to_all = (importlib.import_module(f"iris.ccl.{name}") for name in ("all_gather",
+                                                                                                 "all_to_all"))
+    group = {"rank": 0, "world": 2, "rank_start": 0, "rank_stride": 1}
+    gather = {"context": "*i64", "src": "*{}", "src_step": "i32", "out": "*{}", "flags": "*i32", "epochs": "*i32",
+              "n": "i32"}
+    push = {"context": "*i64", "inp": "*{}", "out": "*{}", "inbox": "*{}", "flags": "*i32", "epochs": "*i32",
+            "n": "i32", "stride": "i32"}
+    exchange = {"context": "*i64", "inp": "*{}", "out": "*{}", "flags": "*i32", "epochs": "*i32", "M": "i32",
+                "N": "i32", "stride_m": "i32"}
+    results = {}
+    for dtype, size in (("bf16", 2), ("fp32", 4)):
+        flat, tile = flat_layout(size, 4096, 8, 32), tile_layout(size, 32, 64, 8, 32)
+        kernels = {  # name: (Gluon kernel, Triton twin, signature, constexprs, Gluon's layout)
+            "pull": (gluon_all_gather.gluon_pull_kernel, triton_gather.pull_kernel, gather,
+                     {"BLOCK": 4096, "WAIT_DONE": True, "HINT": 16}, flat),
+            "push": (gluon_all_gather.gluon_push_kernel, triton_gather.push_kernel, push,
+                     {"BLOCK": 4096, "HINT": 16}, flat),
+            "all_to_all": (gluon_all_to_all.gluon_all_to_all_kernel, triton_all_to_all.all_to_all_kernel, exchange,
+                           {"BLOCK_M": 32, "BLOCK_N": 64, "WAIT_DONE": True, "WIDE": True}, tile),
+        }
+        for name, (gluon_kernel, twin, signature, constexprs, layout) in kernels.items():
+            signature = {key: kind.format(dtype) for key, kind in signature.items()}
+            for fn, extra in ((gluon_kernel, {"LAYOUT": layout}), (twin, {"num_ranks": 2})):
+                values = {**group, **constexprs, **extra}
+                compiled = _compile_specialised(fn, {**signature, **dict.fromkeys(values, "constexpr")}, values)
+                ptx = compiled.asm["ptx"]
+                results[f"{'gluon' if fn is gluon_kernel else 'triton'} {name} {dtype}"] = {
+                    "layouts": layouts(compiled.asm["ttgir"]),
+                    "wide_loads": ptx.count("ld.global.v4.b32"), "wide_stores": ptx.count("st.global.v4.b32")}
+    return results
+
+
+def _compile_specialised(fn, signature: dict, constexprs: dict):
+    """``fn`` compiled for sm_90 with every pointer and int argument 16-divisible, as a launch with such
+    arguments specialises it (``tt.divisibility``)."""
+    aligned = {(index,): [["tt.divisibility", 16]] for index, kind in enumerate(signature.values())
+               if kind.startswith("*") or kind == "i32"}
+    source = (GluonASTSource if fn.is_gluon() else ASTSource)(fn=fn, signature=signature, constexprs=constexprs,
+                                                              attrs=aligned)
+    return triton.compile(source, target=SM90, options={"num_warps": 8})
+
+
 def main() -> dict:
     with_ctx = {"IrisDeviceCtx": IrisDeviceCtx, "BLOCK": 128}
     return {
@@ -149,6 +200,7 @@ def main() -> dict:
         "volatile_load": {f"{api} {cm}": volatile_load(api, cm) for api in VOLATILE_LOADS for cm in (".ca", ".cg")}
         | {"gluon .cv": volatile_load("gluon", ".cv")},
         "tracing": tracing_cost(),
+        "ccl_gluon": ccl_gluon(),
         "volatile_load_plain": advice(portability.volatile_load_plain, {
             "src": "*fp32", "out": "*fp32", "CM": "constexpr", "BLOCK": "constexpr"},
             {"CM": ".cg", "BLOCK": portability.BLOCK}),
