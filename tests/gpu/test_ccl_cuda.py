@@ -53,3 +53,25 @@ def test_repeated_calls_launch_the_compiled_kernel_directly():
     # on a GPU a replay calls the compiled kernel's launcher (BoundLaunch.direct), with addresses
     results = run_ranks(WORLD, f"{CASES}:repeated_calls_replay", 100_003, env=CUDA)
     assert all(r["reused_address"] for r in results)
+
+
+# -- the Gluon collectives (Config(use_gluon=True)): tests/rank_cases_ccl_gluon.py --------------------------------
+
+GLUON = "tests.rank_cases_ccl_gluon"
+
+
+def test_gluon_all_gather_all_to_all_default_launch_shape():
+    # 1025 x 1023 inputs over every SM in 4096-element blocks (push and pull by turns), all_to_all chunks of 1000
+    # columns in 32 x 64 and 4 x 16 tiles, every dtype; replays call the compiled Gluon kernels directly
+    results = run_ranks(WORLD, f"{GLUON}:all_gather_and_all_to_all_against_torch", [1025, 1023], 1000, None, None,
+                        env=CUDA, timeout=600)
+    assert all(r["checked"] == 2 * 6 + 2 * 3 for r in results)
+
+
+def test_gluon_async_op_workspace_shared_with_triton_errors_and_upstream_calls():
+    run_ranks(WORLD, f"{GLUON}:async_op_shared_workspace_and_errors", env=CUDA)
+    assert {r["context"] for r in run_ranks(WORLD, f"{GLUON}:upstream_calls", env=CUDA)} == {"IrisGluon"}
+
+
+def test_gluon_over_strided_process_groups():
+    run_ranks(4, f"{GLUON}:over_strided_groups", env=CUDA)  # 4 ranks: they share GPUs where fewer
