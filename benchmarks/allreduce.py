@@ -5,6 +5,7 @@ Run on one machine with N GPUs (one rank each)::
     torchrun --nproc_per_node=N benchmarks/allreduce.py            # timings, tables, plot
     torchrun --nproc_per_node=N benchmarks/allreduce.py --eager    # the eager table only
     torchrun --nproc_per_node=N benchmarks/allreduce.py --check    # correctness of every variant only
+    torchrun --nproc_per_node=N benchmarks/allreduce.py --gluon    # Gluon all_gather and all_to_all only
 
 NCCL runs in its own process group (torch.distributed initialised with NCCL; iris makes a gloo group of its
 own for host exchange), with NVLink multicast (NVLS) off, as on the machines this was written for. Both
@@ -12,6 +13,11 @@ sides are timed as CUDA-graph replays (several calls per graph, timed with event
 capture fails, marked in the table). Reported per size: latency in µs and bus bandwidth, ``2 (n - 1) / n *
 bytes / t`` for all_reduce and ``(n - 1) / n * bytes / t`` for all_gather (bytes: the output). The table and
 the goals, met or missed, go to benchmarks/RESULTS.md; the plot to benchmarks/allreduce_<N>gpu.png.
+
+``--gluon`` times the Gluon collectives (``Config(use_gluon=True)``) against the Triton kernels of the same
+algorithms and NCCL: all_gather by the size rule (columns ``auto`` and ``gluon``), and all_to_all (columns
+``triton`` and ``gluon``; NCCL's ``all_to_all_single`` moves the same bytes). Their goal: Gluon at least as fast
+as Triton at every size (5% of noise allowed).
 
 The eager table times what a notebook or an eager model sees up to 4 MiB: a host loop of calls
 (``ctx.ccl.all_reduce(out, inp)`` as a user writes it, and ``dist.all_reduce``), wall time per call with
@@ -43,6 +49,9 @@ from iris.perf import replay_time  # noqa: E402
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [8 * KiB, 32 * KiB, 128 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB]
 GATHER_SIZES = [8 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB]
+ALL_TO_ALL_SIZES = [64 * KiB, 1 * MiB, 16 * MiB, 256 * MiB]  # each rank's input
+ALL_TO_ALL_ROW = 8192  # elements per row of all_to_all's input (every rank's chunk: 8192 / n)
+GLUON_GOAL = 0.95  # Gluon's time at most Triton's / this
 CHECK_SIZES = [8 * KiB + 6, 1 * MiB + 2, 16 * MiB]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 OURS = ("auto", *ALL_REDUCE_VARIANTS)
@@ -153,13 +162,31 @@ def bench_all_gather(ctx, nbytes: int, dtype) -> dict:
     nccl_out = torch.empty_like(out)
     calls = calls_per_graph(nbytes)
     times = {"NCCL": measure(lambda: dist.all_gather_into_tensor(nccl_out, inp), calls)}
-    for variant in ("auto", *ALL_GATHER_VARIANTS):
+    for variant in ("auto", *ALL_GATHER_VARIANTS, "gluon"):
         if nbytes > MAX_BYTES.get(variant, nbytes):
             continue
-        config = Config(all_gather_variant=None if variant == "auto" else variant)
+        config = Config(use_gluon=True) if variant == "gluon" else Config(
+            all_gather_variant=None if variant == "auto" else variant)
         workspace = iris.ccl.all_gather(out, inp, ctx, config=config)
         times[variant] = measure(
             lambda c=config, w=workspace: iris.ccl.all_gather(out, inp, ctx, config=c, workspace=w), calls)
+        del workspace
+    return times
+
+
+def bench_all_to_all(ctx, nbytes: int, dtype) -> dict:
+    """{name: (µs, captured)} for NCCL's all_to_all_single and ours, Triton and Gluon; ``nbytes``: each rank's
+    input, rows of ``ALL_TO_ALL_ROW`` elements."""
+    rows = max(1, nbytes // torch.tensor([], dtype=dtype).element_size() // ALL_TO_ALL_ROW)
+    inp = ctx.randn(rows, ALL_TO_ALL_ROW, dtype=dtype)
+    out = ctx.zeros_like(inp)
+    nccl_out = torch.empty_like(inp)
+    calls = calls_per_graph(nbytes)
+    times = {"NCCL": measure(lambda: dist.all_to_all_single(nccl_out, inp), calls)}
+    for name, config in (("triton", Config()), ("gluon", Config(use_gluon=True))):
+        workspace = iris.ccl.all_to_all(out, inp, ctx, config=config)
+        times[name] = measure(lambda c=config, w=workspace: iris.ccl.all_to_all(out, inp, ctx, config=c, workspace=w),
+                              calls)
         del workspace
     return times
 
@@ -187,17 +214,20 @@ def check(ctx) -> None:
             nccl = torch.empty(world * n, dtype=dtype, device="cuda")
             dist.all_gather_into_tensor(nccl, inp)
             for variant in ALL_GATHER_VARIANTS:
-                gathered = ctx.zeros(world * n, dtype=dtype)
-                iris.ccl.all_gather(gathered, inp, ctx, config=Config(all_gather_variant=variant))
-                if not torch.equal(gathered, nccl):
-                    failures.append(f"all_gather {variant} {name} {_size(nbytes)} differs from NCCL")
+                for gluon in (False, True):
+                    gathered = ctx.zeros(world * n, dtype=dtype)
+                    iris.ccl.all_gather(gathered, inp, ctx, config=Config(all_gather_variant=variant, use_gluon=gluon))
+                    if not torch.equal(gathered, nccl):
+                        failures.append(f"all_gather {variant}{' gluon' if gluon else ''} {name} {_size(nbytes)} "
+                                        "differs from NCCL")
     torch.cuda.synchronize()
     everyone = [None] * world
     dist.all_gather_object(everyone, failures)
     if ctx.cur_rank == 0:
         bad = [f"rank {r}: {f}" for r, fs in enumerate(everyone) for f in fs]
         print("\n".join(bad) if bad else f"check passed: {len(OURS)} all_reduce variants x {len(DTYPES)} dtypes x "
-              f"{len(CHECK_SIZES)} sizes, and {len(ALL_GATHER_VARIANTS)} all_gather variants, on {world} ranks")
+              f"{len(CHECK_SIZES)} sizes, and {len(ALL_GATHER_VARIANTS)} all_gather variants (Triton and Gluon), on "
+              f"{world} ranks")
     if any(everyone):
         sys.exit(1)
 
@@ -343,6 +373,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only check every variant's results against NCCL")
     parser.add_argument("--eager", action="store_true", help="only the eager table (host loops up to 4 MiB)")
+    parser.add_argument("--gluon", action="store_true", help="only the Gluon collectives against Triton and NCCL")
     args = parser.parse_args()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local_rank)
@@ -352,6 +383,11 @@ def main() -> None:
     eager_sizes = [size for size in SIZES if size <= EAGER_MAX_BYTES]
     if args.check:
         check(ctx)
+    elif args.gluon:
+        gather_rows = {"bf16": {s: bench_all_gather(ctx, s, torch.bfloat16) for s in GATHER_SIZES}}
+        all_to_all_rows = {"bf16": {s: bench_all_to_all(ctx, s, torch.bfloat16) for s in ALL_TO_ALL_SIZES}}
+        if ctx.cur_rank == 0:
+            report_gluon(gather_rows, all_to_all_rows, world)
     elif args.eager:
         rows = {name: {s: bench_eager(ctx, s, dtype) for s in eager_sizes} for name, dtype in DTYPES.items()}
         if ctx.cur_rank == 0:
@@ -385,6 +421,33 @@ def report(reduce_rows: dict, gather_rows: dict, world: int) -> None:
     ]
     print("\n".join(body))
     write_section(f"allreduce ({world} GPUs)", "\n".join(body))
+
+
+def gluon_goal(name: str, by_size: dict, triton: str) -> str:
+    """Whether the Gluon column is at least as fast as the Triton one (``triton``) at every size, and the worst."""
+    worst = max(by_size, key=lambda s: by_size[s]["gluon"][0] / by_size[s][triton][0])
+    ratio = by_size[worst]["gluon"][0] / by_size[worst][triton][0]
+    return (f"- {name}, Gluon at least as fast as Triton ({triton}), {1 / GLUON_GOAL - 1:.0%} noise allowed: "
+            f"**{'met' if ratio <= 1 / GLUON_GOAL else 'missed'}** (worst: Gluon {ratio:.2f}x Triton's time at "
+            f"{_size(worst)})")
+
+
+def report_gluon(gather_rows: dict, all_to_all_rows: dict, world: int) -> None:
+    body = [
+        f"{environment()}; {world} ranks, one per GPU; NCCL {'.'.join(map(str, torch.cuda.nccl.version()))} with "
+        f"NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')}; CUDA-graph replays, slowest rank. Gluon: "
+        "`Config(use_gluon=True)` (iris.ccl.gluon_all_gather, gluon_all_to_all: the Triton kernels' algorithms "
+        "with explicit layouts). all_gather: auto = Triton by the size rule, gluon = Gluon by the same rule; bus "
+        f"bandwidth (n-1)/n x output bytes / t. all_to_all: size = each rank's input, rows of {ALL_TO_ALL_ROW} "
+        "elements; NCCL = all_to_all_single; bus bandwidth (n-1)/n x input bytes / t.",
+        "",
+        *(gluon_goal(f"all_gather {k}", v, "auto") for k, v in gather_rows.items()),
+        *(gluon_goal(f"all_to_all {k}", v, "triton") for k, v in all_to_all_rows.items()), "",
+        *table({f"all_gather {k}": v for k, v in gather_rows.items()}, world, gather=True),
+        *table({f"all_to_all {k}": v for k, v in all_to_all_rows.items()}, world, gather=True),
+    ]
+    print("\n".join(body))
+    write_section(f"ccl gluon ({world} GPUs)", "\n".join(body))
 
 
 if __name__ == "__main__":
