@@ -177,3 +177,29 @@ def upstream_op_modules(m, k, n):
         "gather_error": (gathered - torch.cat([a @ B for a in As])).abs().max().item(),
         "auto_config_error": (staged - torch.cat(As, dim=1) @ B.repeat(world, 1)).abs().max().item(),
         "tables": tables.tolist(), "tables_dtype": str(tables.dtype), "uneven": uneven}
+
+
+def ring_workspace_of_other_sizes():
+    """upstream's tests/ccl test_all_reduce_ring_flags_too_small, in our terms: a ring workspace prepared for
+    other tile sizes (block_size_m/n, which size nothing here) is reused; one prepared for fewer programs (a
+    smaller flags array) is replaced by one that fits, never used too small; each call's sum against torch."""
+    from iris.ccl import Config
+
+    ctx = iris.iris("8MiB", backend=BACKEND)
+    rank, world = ctx.cur_rank, ctx.num_ranks
+    inputs = _inputs((64, 64), world, 50, ctx.get_device())
+    inp, out = ctx.zeros(64, 64), ctx.zeros(64, 64)
+    inp.copy_(inputs[rank])
+    want = sum(inputs)
+    large = Config(all_reduce_variant="ring", block_size_m=128, block_size_n=128, comm_sms=2)
+    prepared = ctx.ccl.all_reduce_preamble(out, inp, config=large)
+    small_tiles = ctx.ccl.all_reduce(out, inp, config=Config(all_reduce_variant="ring", block_size_m=64,
+                                                              block_size_n=64, comm_sms=2), workspace=prepared)
+    tiles_error = (out - want).abs().max().item()
+    out.zero_()
+    few = ctx.ccl.all_reduce_preamble(out, inp, config=Config(all_reduce_variant="ring", comm_sms=1))
+    more = ctx.ccl.all_reduce(out, inp, config=large, workspace=few)
+    ctx.barrier()
+    return {"tiles_reused": small_tiles is prepared, "tiles_error": tiles_error,
+            "few_programs": few.programs, "replaced": more is not few, "more_programs": more.programs,
+            "flags": list(more.flags.shape), "programs_error": (out - want).abs().max().item()}

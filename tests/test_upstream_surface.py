@@ -109,6 +109,15 @@ def test_upstream_op_module_paths_and_allgather_multidim_on_two_ranks():
                                            f"array is ({4 - rank},) int64 but rank {1 - rank}'s is ({3 + rank},)")
 
 
+def test_ring_all_reduce_never_runs_with_flags_too_small():
+    """upstream's test_all_reduce_ring_flags_too_small expects a refusal where its workspace matched on shape alone;
+    ours is keyed by what sizes its flags: other tile sizes reuse it, fewer programs get a new one that fits."""
+    for result in run_ranks(2, f"{OPS_CASES}:ring_workspace_of_other_sizes"):
+        assert result["tiles_reused"] and result["tiles_error"] < 1e-4, result
+        assert result["few_programs"] == 1 and result["replaced"] and result["more_programs"] == 2, result
+        assert result["flags"] == [3, 2, 2] and result["programs_error"] < 1e-4, result  # 2*world-1 slots
+
+
 def test_auto_config_of_the_staged_all_gather_matmul_answers_alike_for_every_shape():
     """Upstream's tests/ops import _auto_config and _CHAMPION_CONFIGS; none of the fetcher's knobs has an effect
     here, so it answers alike for every shape (the 2-rank test above passes its answer to the op)."""

@@ -1,11 +1,18 @@
-"""Run upstream Iris's pytest files, unchanged, against this project's ``iris``, on N ranks, and say per test
-how every rank fared.
+"""Run upstream Iris's pytest folders or files, unchanged, against this project's ``iris``, on N ranks, and say
+per test how every rank fared, and per folder how many tests passed, failed, skipped, errored or could not be
+collected.
 
 Usage::
 
-    python tests/gpu/run_upstream_tests.py UPSTREAM_DIR tests/ccl/test_process_groups.py [--ranks 4]
-                                           [--timeout 900] [--max-heap 1GiB] [--markdown table.md]
+    python tests/gpu/run_upstream_tests.py UPSTREAM_DIR tests/ops tests/unittests [--ranks 4]
+                                           [--timeout 900] [--max-heap 1GiB] [--markdown summary.md]
                                            [-- PYTEST_ARGS...]
+
+Each folder or file given runs alone (its own ranks, its own ``--timeout``), one after the other, so that a hang
+in one leaves the others' results. A module that cannot be imported counts as "not collected" and the rest of its
+folder still runs. ``--markdown`` writes the per-folder summary, then each test that did not pass or skip with
+the first line of its error (from the first rank where it failed): the form of the tables in
+benchmarks/RESULTS.md. It is rewritten after each folder.
 
 ``UPSTREAM_DIR`` is the user's own checkout (or an export) of upstream Iris; nothing of upstream is part of
 this repository. As upstream's ``tests/run_tests_distributed.py`` does, ``torchrun`` starts one process per
@@ -26,14 +33,18 @@ most SIZE per rank (upstream's tests ask for 8 GiB per rank; on the CPU backend 
 /dev/shm, and iris refuses heaps that /dev/shm cannot hold: 4 ranks need 32 GiB). The run's output says so.
 
 Each rank writes a JUnit report; the table says, per test, the outcome on every rank (``passed`` only when
-every rank passed). Exit status 0 when every test passed or was skipped on every rank.
+every rank passed; ranks that disagree make it ``failed``). Exit status 0 when every test passed or was skipped
+on every rank.
 
 Examples
 --------
 >>> git -C ~/src/iris archive abd3f2ad tests | tar -x -C /tmp/upstream                       # doctest: +SKIP
 >>> python tests/gpu/run_upstream_tests.py /tmp/upstream tests/ccl/test_process_groups.py --ranks 4  # doctest: +SKIP
-test                                                             result   ranks
-test_all_reduce_with_groups[consecutive-atomic]                  passed   4/4
+test                                                                     result        ranks
+tests.ccl.test_process_groups::test_all_reduce_with_groups[consecutive-atomic] passed  4/4
+>>> python tests/gpu/run_upstream_tests.py /tmp/upstream tests/ops tests/unittests --ranks 2 \\
+...        --markdown /tmp/upstream-tests.md                                                   # doctest: +SKIP
+| folder | passed | failed | skipped | errors | not collected | seconds | run (2 ranks) |
 """
 
 from __future__ import annotations
@@ -134,62 +145,128 @@ def run_rank(pytest_args: list[str]) -> int:
 
 # ---------------------------------------------------------------------------------------------- launcher
 
-def outcomes(report: Path) -> dict[str, str]:
-    """Test name -> passed / failed / skipped, from one rank's JUnit report."""
+OUTCOMES = ("passed", "failed", "skipped", "errors", "not collected")
+
+
+def outcomes(report: Path) -> dict[str, tuple[str, str]]:
+    """Test id (``module::name``) -> (one of :data:`OUTCOMES`, the first line of its failure or error, else "")
+    from one rank's JUnit report. A file pytest could not import is one entry, ``not collected``."""
     results = {}
     for case in ElementTree.parse(report).getroot().iter("testcase"):
-        failed = case.find("failure") is not None or case.find("error") is not None
-        results[case.get("name")] = "failed" if failed else "skipped" if case.find("skipped") is not None \
-            else "passed"
+        classname, name = case.get("classname", ""), case.get("name", "")
+        failure, error = case.find("failure"), case.find("error")
+        if not classname and error is not None:  # pytest names an uncollectable module by its dotted path
+            results[name] = ("not collected", _first_line(error))
+        elif failure is not None:
+            results[f"{classname}::{name}"] = ("failed", _first_line(failure))
+        elif error is not None:  # a fixture's setup or teardown failed
+            results[f"{classname}::{name}"] = ("errors", _first_line(error))
+        else:
+            results[f"{classname}::{name}"] = ("skipped" if case.find("skipped") is not None else "passed", "")
     return results
 
 
-def table(per_rank: list[dict[str, str]], ranks: int, markdown: bool) -> tuple[str, bool]:
-    """The per-test table, and whether every test passed or was skipped on every rank."""
-    names = sorted({name for results in per_rank for name in results})
-    rows, ok = [], bool(names)
-    for name in names:
-        seen = [results.get(name, "missing") for results in per_rank]
-        result = seen[0] if len(set(seen)) == 1 else "failed"
-        ok &= result in ("passed", "skipped") and len(per_rank) == ranks
-        rows.append((name, result, f"{seen.count(result)}/{ranks}"))
-    if markdown:
-        lines = ["| test | result | ranks |", "|---|---|---|"] + [f"| {n} | {r} | {c} |" for n, r, c in rows]
-    else:
-        lines = [f"{'test':64} {'result':8} ranks"] + [f"{n:64} {r:8} {c}" for n, r, c in rows]
-    return "\n".join(lines), ok
+def _first_line(element) -> str:
+    """The first line of a JUnit failure/error: the exception's own line from its text when there is one (pytest's
+    ``E   ValueError: ...``), else the element's message."""
+    text = element.text or ""
+    raised = [line[1:].strip() for line in text.splitlines() if line.startswith("E ")]
+    line = raised[0] if raised else (element.get("message") or text).strip().split("\n")[0]
+    return line[:200]
+
+
+def combine(per_rank: list[dict[str, tuple[str, str]]], ranks: int) -> dict[str, tuple[str, str, int]]:
+    """Test id -> (outcome on every rank, first failure line, ranks with that outcome). A test whose ranks
+    disagree, or that a rank did not report, is failed; its line names the first rank that did not pass."""
+    combined = {}
+    for name in sorted({name for results in per_rank for name in results}):
+        seen = [results.get(name, ("missing", "this rank did not report it")) for results in per_rank]
+        seen += [("missing", "this rank wrote no report")] * (ranks - len(seen))
+        kinds = [kind for kind, _ in seen]
+        if len(set(kinds)) == 1:
+            kind = kinds[0]
+        else:
+            kind = next((k for k in kinds if k in ("not collected", "errors", "failed")), "failed")
+        rank, line = next(((r, line) for r, (k, line) in enumerate(seen) if k not in ("passed", "skipped")),
+                          (None, ""))
+        where = f"rank {rank}: " if rank is not None and len(set(kinds)) > 1 else ""
+        combined[name] = (kind, where + line, kinds.count(kind))
+    return combined
+
+
+def table(combined: dict[str, tuple[str, str, int]], ranks: int) -> str:
+    """The per-test table (text)."""
+    return "\n".join([f"{'test':72} {'result':13} ranks"] + [f"{name:72} {kind:13} {count}/{ranks}"
+                                                              for name, (kind, _, count) in combined.items()])
+
+
+def summary(runs: list[dict], ranks: int, heap: str) -> str:
+    """Markdown: a row per folder or file run (counts of each outcome, time, how the run ended), then each
+    folder's tests that did not pass or skip, with the first line of their first failing rank's error."""
+    lines = [f"| folder | {' | '.join(OUTCOMES)} | seconds | run ({ranks} ranks{heap}) |",
+             "|---" * (len(OUTCOMES) + 3) + "|"]
+    failures = []
+    for run in runs:
+        counts = [sum(kind == outcome for kind, _, _ in run["tests"].values()) for outcome in OUTCOMES]
+        lines.append(f"| `{run['path']}` | {' | '.join(map(str, counts))} | {run['seconds']:.0f} | {run['status']} |")
+        by_line = {}  # tests that failed alike are one line: a folder's 8 refusals of the same option, say
+        for name, (kind, line, _) in run["tests"].items():
+            if kind not in ("passed", "skipped"):
+                by_line.setdefault(f"{kind}: {line or '(no message)'}", []).append(name)
+        if by_line:
+            failures.append(f"\n`{run['path']}`:\n")
+            failures += [f"- {', '.join(f'`{name}`' for name in names)}: {line}" for line, names in by_line.items()]
+    return "\n".join(lines + failures) + "\n"
+
+
+def run_path(path: str, upstream: Path, args, pytest_args: list[str]) -> dict:
+    """One torchrun of pytest over ``path`` (a folder or file of upstream's); its tests' outcomes and status."""
+    from upstream_programs import run_in_own_group
+
+    with tempfile.TemporaryDirectory(prefix="iris-upstream-tests-") as reports:
+        paths = os.pathsep.join(filter(None, [str(OURS), os.environ.get("PYTHONPATH", "")]))
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=paths,
+                   **{WORKER: "1", REPORTS: reports, MAX_HEAP: args.max_heap or ""})
+        # Upstream's rootdir and no ini file: a checkout inside another project (this one) must not get that
+        # project's pytest settings; a module that fails to import is reported and the others still run.
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ranks}",
+                   str(Path(__file__).resolve()), path, f"--rootdir={upstream}", "-c", os.devnull,
+                   "--continue-on-collection-errors", *pytest_args]
+        returncode, output, seconds = run_in_own_group(command, upstream, env, args.timeout)
+        per_rank = [outcomes(report) for report in sorted(Path(reports).glob("rank*.xml"))]
+    status = "timed out" if returncode is None else f"exit status {returncode}"
+    if len(per_rank) < args.ranks:  # pytest writes its report when it ends
+        status += f", {args.ranks - len(per_rank)} rank(s) wrote no report"
+    return {"path": path, "output": output, "seconds": seconds, "status": status, "returncode": returncode,
+            "tests": combine(per_rank, args.ranks) if per_rank else {}}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("upstream", type=Path, help="upstream Iris's checkout (or an export of its tests/)")
-    parser.add_argument("files", nargs="+", help="test files, relative to UPSTREAM_DIR")
+    parser.add_argument("paths", nargs="+", help="test folders or files, relative to UPSTREAM_DIR; each runs alone")
     parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--timeout", type=float, default=900, help="seconds for the whole run")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds for each folder or file")
     parser.add_argument("--max-heap", help="ask iris.iris for at most this heap per rank (e.g. 1GiB)")
-    parser.add_argument("--markdown", type=Path, help="also write the table here, as Markdown")
+    parser.add_argument("--markdown", type=Path, help="also write the per-folder summary here, as Markdown")
     args, pytest_args = parser.parse_known_args()
-    from upstream_programs import run_in_own_group
-
+    pytest_args = [a for a in pytest_args if a != "--"]
     upstream = args.upstream.resolve()
-    with tempfile.TemporaryDirectory(prefix="iris-upstream-tests-") as reports:
-        paths = os.pathsep.join(filter(None, [str(OURS), os.environ.get("PYTHONPATH", "")]))
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=paths,
-                   **{WORKER: "1", REPORTS: reports, MAX_HEAP: args.max_heap or ""})
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ranks}",
-                   str(Path(__file__).resolve()), *args.files, *[a for a in pytest_args if a != "--"]]
-        returncode, output, seconds = run_in_own_group(command, upstream, env, args.timeout)
-        per_rank = [outcomes(path) for path in sorted(Path(reports).glob("rank*.xml"))]
-    print(output[-20000:])
-    text, ok = table(per_rank, args.ranks, markdown=False)
-    if not per_rank:  # pytest writes its report when it ends
-        text = "(no rank wrote a report: the run did not finish; its output is above)"
-    status = "timed out" if returncode is None else f"exit status {returncode}"
     heap = f", iris.iris heap_size capped at {args.max_heap} per rank (--max-heap)" if args.max_heap else ""
-    print(f"\n{' '.join(args.files)} on {args.ranks} ranks: {status}, {seconds:.0f} s{heap}\n{text}")
-    if args.markdown:
-        args.markdown.write_text(table(per_rank, args.ranks, markdown=True)[0] + "\n")
-    return 0 if ok and returncode == 0 else 1
+    runs, ok = [], True
+    for path in args.paths:
+        run = run_path(path, upstream, args, pytest_args)
+        print(run["output"][-20000:])
+        print(f"\n{path} on {args.ranks} ranks: {run['status']}, {run['seconds']:.0f} s{heap}")
+        print(table(run["tests"], args.ranks) if run["tests"] else "(no rank wrote a report: its output is above)")
+        ok &= run["returncode"] == 0 and bool(run["tests"]) and all(
+            kind in ("passed", "skipped") and count == args.ranks for kind, _, count in run["tests"].values())
+        runs.append(run)
+        if args.markdown:  # after each folder: a later folder's hang leaves the earlier ones' rows
+            args.markdown.write_text(summary(runs, args.ranks, ", --max-heap " + args.max_heap if args.max_heap
+                                             else ""))
+    print("\n" + summary(runs, args.ranks, heap))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
