@@ -66,20 +66,27 @@ class Example:
 
     ``ranks_flag``: the script's own option for the number of ranks (it spawns them); None: started by
     ``torchrun``. ``gpus_by_index``: the script puts rank r's tensors on ``cuda:r`` itself, so ranks cannot
-    share a GPU.
+    share a GPU. ``variant``: a flag of the script that runs another code path of it (``--use_gluon``), passed
+    and named in the table beside the script.
     """
 
     script: str
     args: tuple[str, ...] = ()
     ranks_flag: str | None = "-r"
     gpus_by_index: bool = False
+    variant: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.script} {self.variant}".rstrip()
 
     def command(self, examples: Path, ranks: int) -> list[str]:
         path = str(examples / self.script)
+        args = (*self.args, self.variant) if self.variant else self.args
         if self.ranks_flag is None:
             return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", path,
-                    *self.args]
-        return [sys.executable, path, self.ranks_flag, str(ranks), *self.args]
+                    *args]
+        return [sys.executable, path, self.ranks_flag, str(ranks), *args]
 
 
 EXAMPLES = [
@@ -111,6 +118,7 @@ EXAMPLES = [
     Example("23_gemm_all_scatter_tracing/benchmark.py", tuple(GEMM)),
     Example("24_ccl_all_reduce/example.py", ("--heap_size", HEAP, "-v"), None),
     Example("25_ccl_all_gather/example.py", ("--heap_size", HEAP, "-v"), None),
+    Example("25_ccl_all_gather/example.py", ("--heap_size", HEAP, "-v"), None, variant="--use_gluon"),
     Example("26_ccl_all_to_all/example.py", ("--heap_size", HEAP, "-v"), None),
     Example("27_ccl_reduce_scatter/example.py", ("--heap_size", HEAP, "-v"), None),
     Example("28_ops_matmul_all_reduce/example.py", ("--heap_size", HEAP, "-v"), None),
@@ -180,22 +188,22 @@ def run_one(example: Example, examples: Path, ranks: int, gpus: int, timeout: fl
             port_offset: int = 0) -> Outcome:
     """Run one example under the time limit (its whole process group is killed past it)."""
     if example.script in AMD_ONLY:
-        return Outcome(example.script, "AMD-only", 0.0, AMD_ONLY[example.script])
+        return Outcome(example.name, "AMD-only", 0.0, AMD_ONLY[example.script])
     if example.gpus_by_index and gpus < ranks:
-        return Outcome(example.script, f"needs {ranks} GPUs", 0.0,
+        return Outcome(example.name, f"needs {ranks} GPUs", 0.0,
                        f"puts rank r's tensors on cuda:r itself; this machine has {gpus} GPU(s)")
     env = program_env(examples.parent, share_gpus=gpus < ranks, port_offset=port_offset)
     returncode, output, seconds = run_in_own_group(example.command(examples, ranks),
                                                    examples / Path(example.script).parent, env, timeout)
     if log is not None:
         with _log_lock, log.open("a") as file:
-            file.write(f"===== {example.script} (exit {returncode}, {seconds:.1f} s)\n{output[-LOG_TAIL:]}\n")
+            file.write(f"===== {example.name} (exit {returncode}, {seconds:.1f} s)\n{output[-LOG_TAIL:]}\n")
     result, note = classify(returncode, output)
     # Only a run that ended well but failed its own check: a timeout, a crash or a traceback stays "failed".
     ran_to_its_end = returncode == 0 and "Traceback" not in output
     if result == "failed" and example.script in CHECK_WRONG_UPSTREAM and ran_to_its_end:
         result, note = "check wrong upstream", f"{CHECK_WRONG_UPSTREAM[example.script]} ({note})"
-    return Outcome(example.script, result, seconds, note)
+    return Outcome(example.name, result, seconds, note)
 
 
 def table(outcomes: list[Outcome], markdown: bool = False) -> str:
