@@ -8,11 +8,11 @@ Usage::
                                            [--timeout 900] [--max-heap 1GiB] [--markdown summary.md]
                                            [-- PYTEST_ARGS...]
 
-Each folder or file given runs alone (its own ranks, its own ``--timeout``), one after the other, so that a hang
-in one leaves the others' results. A module that cannot be imported counts as "not collected" and the rest of its
-folder still runs. ``--markdown`` writes the per-folder summary, then each test that did not pass or skip with
-the first line of its error (from the first rank where it failed): the form of the tables in
-benchmarks/RESULTS.md. It is rewritten after each folder.
+Each folder or file given (or glob, quoted: ``'tests/unittests/test_atomic_*'``) runs alone (its own ranks, its own
+``--timeout``), one after the other, so that a hang in one leaves the others' results. A module that cannot be
+imported counts as "not collected" and the rest of its folder still runs. ``--markdown`` writes the per-folder
+summary, then each test that did not pass or skip with the first line of its error (from the first rank where it
+failed): the form of the tables in benchmarks/RESULTS.md. It is rewritten after each folder.
 
 ``UPSTREAM_DIR`` is the user's own checkout (or an export) of upstream Iris; nothing of upstream is part of
 this repository. As upstream's ``tests/run_tests_distributed.py`` does, ``torchrun`` starts one process per
@@ -220,8 +220,11 @@ def summary(runs: list[dict], ranks: int, heap: str) -> str:
 
 
 def run_path(path: str, upstream: Path, args, pytest_args: list[str]) -> dict:
-    """One torchrun of pytest over ``path`` (a folder or file of upstream's); its tests' outcomes and status."""
+    """One torchrun of pytest over ``path`` (a folder or file of upstream's, or a glob of them: one run for all it
+    matches); its tests' outcomes and status."""
     from upstream_programs import run_in_own_group
+
+    targets = sorted(str(match.relative_to(upstream)) for match in upstream.glob(path)) or [path]
 
     with tempfile.TemporaryDirectory(prefix="iris-upstream-tests-") as reports:
         paths = os.pathsep.join(filter(None, [str(OURS), os.environ.get("PYTHONPATH", "")]))
@@ -230,7 +233,7 @@ def run_path(path: str, upstream: Path, args, pytest_args: list[str]) -> dict:
         # Upstream's rootdir and no ini file: a checkout inside another project (this one) must not get that
         # project's pytest settings; a module that fails to import is reported and the others still run.
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ranks}",
-                   str(Path(__file__).resolve()), path, f"--rootdir={upstream}", "-c", os.devnull,
+                   str(Path(__file__).resolve()), *targets, f"--rootdir={upstream}", "-c", os.devnull,
                    "--continue-on-collection-errors", *pytest_args]
         returncode, output, seconds = run_in_own_group(command, upstream, env, args.timeout)
         per_rank = [outcomes(report) for report in sorted(Path(reports).glob("rank*.xml"))]
@@ -244,7 +247,8 @@ def run_path(path: str, upstream: Path, args, pytest_args: list[str]) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("upstream", type=Path, help="upstream Iris's checkout (or an export of its tests/)")
-    parser.add_argument("paths", nargs="+", help="test folders or files, relative to UPSTREAM_DIR; each runs alone")
+    parser.add_argument("paths", nargs="+", help="test folders, files or globs of them (quoted), relative to "
+                        "UPSTREAM_DIR; each runs alone")
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=900, help="seconds for each folder or file")
     parser.add_argument("--max-heap", help="ask iris.iris for at most this heap per rank (e.g. 1GiB)")
