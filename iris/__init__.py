@@ -58,6 +58,7 @@ from .device import (  # noqa: E402
 from .heap import AllocationDivergence  # noqa: E402
 from .hip import get_device_id_for_rank  # noqa: E402
 from .logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # noqa: E402
+from .tiles import AllReduceConfig, TensorView, Tile, TileView, make_tensor_view  # noqa: E402
 from .timing import do_bench  # noqa: E402
 from .tracing import TraceEvent  # noqa: E402
 
@@ -74,4 +75,6 @@ __all__ = [
     "GluonContext", "TritonContext",
     "Context", "DeviceContext", "IrisDebugError", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min",
     "atomic_or", "atomic_sub", "atomic_xchg", "atomic_xor", "copy", "get", "load", "put", "store",
+    # where tiles live, for the tile-level collectives of DeviceContext (iris.tiles, iris.tile_collectives)
+    "Tile", "TileView", "TensorView", "AllReduceConfig", "make_tensor_view",
 ]

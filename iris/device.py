@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 from triton.language.core import _aggregate as aggregate
 
+from . import tile_collectives
 from .interpret.kernel_errors import RaisedAsIs
 from .tracing.device import DeviceTracing, initialize_tracing
 from .tracing.events import TRACING_SLOTS, TraceEvent
@@ -630,6 +631,53 @@ class DeviceContext:
         result = tl.atomic_cas(remote, cmp, val, sem=sem, scope=scope)
         self.tracing.op_end(event)
         return result
+
+    # -- tile-level collectives (upstream's names; bodies and what each expects: iris.tile_collectives) --------
+
+    @triton.jit
+    def all_reduce_atomic(self, tile, dst_view):
+        """Add ``tile.data`` into every rank's ``dst_view`` tile with atomics; ``dst`` zeroed on all ranks first."""
+        tile_collectives.all_reduce_atomic(self, tile, dst_view)
+
+    @triton.jit
+    def all_reduce_spinlock(self, tile, dst_view, locks):
+        """Add ``tile.data`` into every rank's ``dst_view`` tile under that rank's ``locks[tile_id]``."""
+        tile_collectives.all_reduce_spinlock(self, tile, dst_view, locks)
+
+    @triton.jit
+    def all_reduce_one_shot(self, tile, src_view, dst_view, locks):
+        """Sum every rank's published ``src_view`` tile (``locks[tile_id]`` == 1) into this rank's ``dst_view``."""
+        tile_collectives.all_reduce_one_shot(self, tile, src_view, dst_view, locks)
+
+    @triton.jit
+    def all_reduce_two_shot(self, tile, src_view, dst_view, locks):
+        """Rank ``tile_id % world_size`` sums the published tiles and writes the sum into every rank's ``dst``."""
+        tile_collectives.all_reduce_two_shot(self, tile, src_view, dst_view, locks)
+
+    @triton.jit
+    def all_reduce_ring(self, tile, src_view, dst_view):
+        """Sum every rank's ``src_view`` tile, peers read in ring order, into this rank's ``dst_view``."""
+        tile_collectives.all_reduce_ring(self, tile, src_view, dst_view)
+
+    @triton.jit
+    def all_gather(self, tile, dst_view, dim: tl.constexpr):
+        """Write ``tile.data`` into this rank's part (rows: ``dim=0``, columns: 1) of every rank's ``dst_view``."""
+        tile_collectives.all_gather(self, tile, dst_view, dim)
+
+    @triton.jit
+    def gather(self, tile, src_view, source_rank: tl.constexpr, hint: tl.constexpr = None):
+        """Return ``source_rank``'s ``src_view`` tile."""
+        return tile_collectives.gather(self, tile, src_view, source_rank, hint)
+
+    @triton.jit
+    def all_to_all(self, tile, src_view, dst_view, N_per_rank: tl.constexpr):
+        """Fill this ``dst_view`` tile: column chunk ``s`` from chunk ``rank`` of rank ``s``'s ``src_view``."""
+        tile_collectives.all_to_all(self, tile, src_view, dst_view, N_per_rank)
+
+    @triton.jit
+    def reduce_scatter(self, tile, src_view, dst_view, locks):
+        """Sum the published tiles of this rank's contiguous share of the tiles into its ``dst_view``."""
+        tile_collectives.reduce_scatter(self, tile, src_view, dst_view, locks)
 
 
 Context = DeviceContext  # upstream Iris's name (iris.Context, iris.mem.triton.context.Context)
