@@ -16,7 +16,7 @@ import iris
 import iris.iris_gluon
 from iris.ccl import Config
 
-from .rank_cases_ccl import BACKEND, _bound, _check_equal, _ctx, _raises
+from .rank_cases_ccl import BACKEND, _check_equal, _ctx, _raises
 
 # Every element size (8, 4, 2, 1 bytes: every vector width of the layouts), floats and integers.
 DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int8)
@@ -32,9 +32,14 @@ def _values(rank, call, shape, dtype):
     return torch.randint(-100, 100, shape, generator=generator).to(dtype)
 
 
+def _last_launch(workspace):
+    """The launch the workspace's last call recorded (iris.ccl.fast_path.BoundLaunch)."""
+    return list(workspace.launches.values())[-1]
+
+
 def _kernel_name(workspace) -> str:
     """Name of the kernel the workspace's last recorded call launched."""
-    bound = list(workspace.launches.values())[-1]
+    bound = _last_launch(workspace)
     return bound.compiled.name if bound.direct else bound.kernel.fn.__name__
 
 
@@ -57,14 +62,15 @@ def _gather(ctx, shape, dtype, call, in_place, group_size=None, member=None):
     return out, inp
 
 
-def all_gather_and_all_to_all_against_torch(shape, cols, block_size, comm_sms):
-    """Every dtype, with each all_gather variant in turn, in place and not, and all_to_all (``shape[0]`` rows,
-    ``cols`` per rank) with the default tile and a small one; then three calls with the same tensors and new
-    values (replays of the recorded launch)."""
+def all_gather_and_all_to_all_against_torch(shape, cols, block_size, comm_sms, dtypes=None):
+    """Each dtype (``dtypes``: names such as "bfloat16", None: every one of DTYPES), with each all_gather
+    variant in turn, in place and not, and all_to_all (``shape[0]`` rows, ``cols`` per rank) with the default
+    tile and a small one; then three calls with the same tensors and new values (replays of the recorded
+    launch)."""
     ctx = _ctx()
     r, world = ctx.cur_rank, ctx.num_ranks
     checked = 0
-    for i, dtype in enumerate(DTYPES):
+    for i, dtype in enumerate(DTYPES if dtypes is None else [getattr(torch, name) for name in dtypes]):
         config = Config(use_gluon=True, all_gather_variant=VARIANTS[i % 3], block_size=block_size, comm_sms=comm_sms)
         in_place = i % 2 == 1
         out, inp = _gather(ctx, shape, dtype, i, in_place)
@@ -93,7 +99,7 @@ def all_gather_and_all_to_all_against_torch(shape, cols, block_size, comm_sms):
         _check_equal(f"all_to_all call {call}", exchanged, _exchanged(r, world, call, shape[0], cols, torch.float32))
         checked += 2
     for name, workspace in (("all_gather", gather_ws), ("all_to_all", exchange_ws)):
-        bound = _bound(workspace)
+        bound = _last_launch(workspace)  # a workspace of the same shapes may hold earlier calls' records too
         if (bound.replays, bound.direct) != (2, BACKEND == "cuda"):
             raise AssertionError(f"{name}: {bound.replays} replays (direct: {bound.direct}), expected 2")
     return {"rank": r, "checked": checked}
@@ -160,6 +166,11 @@ def async_op_shared_workspace_and_errors():
     ]
     ctx.barrier()
     return {"rank": r, "messages": messages}
+
+
+def host_context_async_and_errors():
+    """:func:`upstream_calls` then :func:`async_op_shared_workspace_and_errors`, in one run of the ranks."""
+    return {**upstream_calls(), **async_op_shared_workspace_and_errors()}
 
 
 def upstream_calls():

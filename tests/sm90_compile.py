@@ -101,9 +101,13 @@ def volatile_load(api: str, cache_modifier: str) -> str:
 def instructions(fn, signature: dict, constexprs: dict) -> list[str]:
     """The PTX of ``fn`` for sm_90 without its name and debug information (source lines differ between files)."""
     source = (GluonASTSource if fn.is_gluon() else ASTSource)(fn=fn, signature=signature, constexprs=constexprs)
-    ptx = triton.compile(source, target=SM90, options={"num_warps": 4}).asm["ptx"]
+    return ptx_lines(triton.compile(source, target=SM90, options={"num_warps": 4}).asm["ptx"], fn.__name__)
+
+
+def ptx_lines(ptx: str, name: str) -> list[str]:
+    """The lines of ``ptx`` without the kernel's ``name`` and debug information."""
     ptx = ptx[:ptx.find(".section\t.debug")] if ".section\t.debug" in ptx else ptx
-    return [line.replace(fn.__name__, "KERNEL") for line in ptx.splitlines()
+    return [line.replace(name, "KERNEL") for line in ptx.splitlines()
             if line.strip() and not line.lstrip().startswith((".loc", ".file", "//", "$L__tmp"))]
 
 
@@ -135,15 +139,17 @@ def _count(text: str, lines: list[str]) -> int:
 def ccl_gluon() -> dict:
     """The Gluon collectives (``Config(use_gluon=True)``) and their Triton twins, bf16 and fp32, specialised as a
     launch specialises them (16-byte aligned pointers, sizes multiple of 16): per kernel, its ``#blocked``
-    layouts and how many 16-byte loads and stores (``.v4.b32``) its PTX holds."""
+    layouts, its PTX's memory instructions and barriers (counted by kind) and its PTX's length in lines."""
+    import collections
     import importlib
+    import re
 
     from iris.ccl import gluon_all_gather, gluon_all_to_all
     from iris.ccl.gluon_layouts import flat_layout, tile_layout
 
     triton_gather, triton_all_to_all = (importlib.import_module(f"iris.ccl.{name}") for name in ("all_gather",
                                                                                                  "all_to_all"))
-    group = {"rank": 0, "world": 2, "rank_start": 0, "rank_stride": 1}
+    group = {"rank": 0, "world": 2, "rank_start": 0, "rank_stride": 1, "num_ranks": 2}
     gather = {"context": "*i64", "src": "*{}", "src_step": "i32", "out": "*{}", "flags": "*i32", "epochs": "*i32",
               "n": "i32"}
     push = {"context": "*i64", "inp": "*{}", "out": "*{}", "inbox": "*{}", "flags": "*i32", "epochs": "*i32",
@@ -163,13 +169,15 @@ def ccl_gluon() -> dict:
         }
         for name, (gluon_kernel, twin, signature, constexprs, layout) in kernels.items():
             signature = {key: kind.format(dtype) for key, kind in signature.items()}
-            for fn, extra in ((gluon_kernel, {"LAYOUT": layout}), (twin, {"num_ranks": 2})):
+            for fn, extra in ((gluon_kernel, {"LAYOUT": layout}), (twin, {})):
                 values = {**group, **constexprs, **extra}
                 compiled = _compile_specialised(fn, {**signature, **dict.fromkeys(values, "constexpr")}, values)
                 ptx = compiled.asm["ptx"]
                 results[f"{'gluon' if fn is gluon_kernel else 'triton'} {name} {dtype}"] = {
                     "layouts": layouts(compiled.asm["ttgir"]),
-                    "wide_loads": ptx.count("ld.global.v4.b32"), "wide_stores": ptx.count("st.global.v4.b32")}
+                    "memory": collections.Counter(re.findall(r"\b((?:ld|st)\.global[\w.]*|atom\.[\w.]*|bar\.sync)",
+                                                             ptx)),
+                    "ptx_lines": len(ptx_lines(ptx, fn.__name__))}
     return results
 
 

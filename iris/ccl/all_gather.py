@@ -28,6 +28,7 @@ import triton.language as tl
 
 from .config import ALL_GATHER_VARIANTS, Config
 from .fast_path import call_key, launch, replay
+from .gluon_layouts import flat_layout, warp_threads
 from .groups import GroupContext, members
 from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
 from .launch import block_size, cdiv, check_tensors, hint, overlaps, programs
@@ -148,11 +149,10 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     push, pull = push_kernel, pull_kernel
     common = dict(**group_of_call.kernel_args(), BLOCK=block, num_warps=config.num_warps)
     if config.use_gluon:  # the same algorithms and workspaces, as Gluon kernels (imported here: they import ARRIVED)
-        from . import gluon_all_gather
+        from .gluon_all_gather import gluon_pull_kernel as pull
+        from .gluon_all_gather import gluon_push_kernel as push
 
-        push, pull = gluon_all_gather.gluon_push_kernel, gluon_all_gather.gluon_pull_kernel
-        common = gluon_all_gather.kernel_options(ctx, group_of_call, input_tensor.element_size(), block,
-                                                 config.num_warps)
+        common["LAYOUT"] = flat_layout(input_tensor.element_size(), block, config.num_warps, warp_threads(ctx))
     if variant == "push":
         workspace = inbox_workspace(ctx, workspace, key, grid, input_tensor, group_of_call)
         launch(workspace, call, tensors, push, (grid,), ctx.get_device_context(), input_tensor, output_tensor,

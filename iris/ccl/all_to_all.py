@@ -18,6 +18,7 @@ import triton.language as tl
 
 from .config import Config
 from .fast_path import call_key, launch, replay
+from .gluon_layouts import tile_layout, warp_threads
 from .groups import GroupContext, members
 from .launch import cdiv, check_tensors, overlaps, programs
 from .sync import exchange
@@ -109,11 +110,9 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     kernel, options = all_to_all_kernel, dict(**group_of_call.kernel_args(), BLOCK_M=bm, BLOCK_N=bn,
                                               num_warps=config.num_warps)
     if config.use_gluon:  # the same algorithm and workspace, as a Gluon kernel (imported here: it imports ARRIVED)
-        from . import gluon_all_to_all
+        from .gluon_all_to_all import gluon_all_to_all_kernel as kernel
 
-        kernel = gluon_all_to_all.gluon_all_to_all_kernel
-        options = gluon_all_to_all.kernel_options(ctx, group_of_call, input_tensor.element_size(), bm, bn,
-                                                  config.num_warps)
+        options["LAYOUT"] = tile_layout(input_tensor.element_size(), bm, bn, config.num_warps, warp_threads(ctx))
     launch(workspace, call, tensors, kernel, (grid,), ctx.get_device_context(), input_tensor, output_tensor,
            workspace.flags, workspace.epochs, M, N, input_tensor.stride(0), WAIT_DONE=not async_op, WIDE=aligned,
            **options)

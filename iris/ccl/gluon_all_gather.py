@@ -3,9 +3,15 @@
 The same two algorithms as the Triton kernels of :mod:`iris.ccl.all_gather`, with the same arguments,
 workspaces, flags and results (push through inboxes for small inputs, pull for large ones, picked by the same
 size rule), written in Gluon: every block has an explicit layout of 16 contiguous bytes per thread
-(:func:`iris.ccl.gluon_layouts.flat_layout`) and remote accesses go through the Gluon device API
-(:class:`iris.ccl.gluon_group.GluonGroupContext` over :class:`iris.gluon.IrisDeviceCtx`). On the CPU backend
-the Triton interpreter runs them, layouts ignored (:mod:`iris.interpret.gluon`).
+(:func:`iris.ccl.gluon_layouts.flat_layout`). On the CPU backend the Triton interpreter runs them, layouts
+ignored (:mod:`iris.interpret.gluon`).
+
+Remote addresses come from :class:`iris.ccl.groups.GroupContext`, the Triton kernels' device context (a
+``@gluon.jit`` kernel may call ``@triton.jit`` code, whose operations keep their operands' layouts), not from
+:class:`iris.gluon.IrisDeviceCtx`: the group's numbering must be constexpr anyway, and with this rank a
+constexpr too, a translation reads its heap base at a fixed offset instead of first loading the rank from the
+context tensor, one dependent load fewer ahead of every kernel's first remote access. The kernels then compile to
+the memory instructions of their Triton twins, one for one (tests/test_gluon_sm90.py).
 
 Upstream Iris's Gluon all_gather writes 2-D tiles of ``block_size_m x block_size_n`` into every peer's output
 and leaves the ordering to a host barrier after the kernel. Here the tensors are contiguous, so blocks are flat
@@ -21,23 +27,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .all_gather import ARRIVED, DONE
-from .gluon_group import GluonGroupContext, kernel_args
-from .gluon_layouts import flat_layout, warp_threads
 from .gluon_sync import deliver, exchange
+from .groups import GroupContext
 from .inbox import row
-
-
-def kernel_options(ctx, members, element_bytes: int, block: int, num_warps: int) -> dict:
-    """The keyword arguments both kernels take besides the tensors: the group's constexprs, the block, its
-    layout, and the launch's warps.
-
-    Examples
-    --------
-    >>> kernel_options(ctx, members(ctx, None), 2, 4096, 8)["LAYOUT"]        # doctest: +SKIP
-    BlockedLayout(size_per_thread=[8], threads_per_warp=[32], warps_per_cta=[8], order=[0], ...)
-    """
-    layout = flat_layout(element_bytes, block, num_warps, warp_threads(ctx))
-    return dict(**kernel_args(members), BLOCK=block, LAYOUT=layout, num_warps=num_warps)
 
 
 @gluon.jit
@@ -51,9 +43,9 @@ def copy_blocks(src, dst, n, pid, num_programs, BLOCK: gl.constexpr, LAYOUT: gl.
 
 @gluon.jit
 def gluon_push_kernel(context, inp, out, inbox, flags, epochs, n, stride, rank: gl.constexpr,
-                      world: gl.constexpr, rank_start: gl.constexpr, rank_stride: gl.constexpr, BLOCK: gl.constexpr,
-                      HINT: gl.constexpr, LAYOUT: gl.constexpr):
-    ctx = GluonGroupContext.initialize(context, rank, world, rank_start, rank_stride)
+                      world: gl.constexpr, rank_start: gl.constexpr, rank_stride: gl.constexpr,
+                      num_ranks: gl.constexpr, BLOCK: gl.constexpr, HINT: gl.constexpr, LAYOUT: gl.constexpr):
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
     pid = gl.program_id(0)
     num_programs = gl.num_programs(0)
     epoch = gl.load(epochs + pid) + 1
@@ -65,10 +57,10 @@ def gluon_push_kernel(context, inp, out, inbox, flags, epochs, n, stride, rank: 
 
 @gluon.jit
 def gluon_pull_kernel(context, src, src_step, out, flags, epochs, n, rank: gl.constexpr, world: gl.constexpr,
-                      rank_start: gl.constexpr, rank_stride: gl.constexpr, BLOCK: gl.constexpr,
-                      WAIT_DONE: gl.constexpr, HINT: gl.constexpr, LAYOUT: gl.constexpr):
+                      rank_start: gl.constexpr, rank_stride: gl.constexpr, num_ranks: gl.constexpr,
+                      BLOCK: gl.constexpr, WAIT_DONE: gl.constexpr, HINT: gl.constexpr, LAYOUT: gl.constexpr):
     # Member s's input is at src + s * src_step (see iris.ccl.all_gather.pull_kernel).
-    ctx = GluonGroupContext.initialize(context, rank, world, rank_start, rank_stride)
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
     pid = gl.program_id(0)
     num_programs = gl.num_programs(0)
     epoch = gl.load(epochs + pid) + 1

@@ -4,9 +4,9 @@ The algorithm of the Triton kernel of :mod:`iris.ccl.all_to_all`, with the same 
 results: after one flag exchange each rank pulls its column chunk from every member's input, tile by tile
 (``Config.block_size_m x block_size_n``), starting with a different member on every rank; a second exchange
 says that nobody reads the inputs any more. Written in Gluon: tiles have an explicit layout of 16 contiguous
-bytes of a row per thread (:func:`iris.ccl.gluon_layouts.tile_layout`) and remote loads go through the Gluon
-device API (:class:`iris.ccl.gluon_group.GluonGroupContext`). On the CPU backend the Triton interpreter runs
-it, layouts ignored.
+bytes of a row per thread (:func:`iris.ccl.gluon_layouts.tile_layout`); remote addresses come from
+:class:`iris.ccl.groups.GroupContext`, as in :mod:`iris.ccl.gluon_all_gather` (which says why). On the CPU
+backend the Triton interpreter runs it, layouts ignored.
 
 Upstream Iris's Gluon all_to_all pushes each row of a tile into the peers' outputs, one row at a time, with a
 host barrier after the kernel; here whole tiles are pulled and the ranks order their accesses through flags on
@@ -21,29 +21,16 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .all_to_all import ARRIVED, DONE
-from .gluon_group import GluonGroupContext, kernel_args
-from .gluon_layouts import tile_layout, warp_threads
 from .gluon_sync import exchange
-
-
-def kernel_options(ctx, members, element_bytes: int, block_m: int, block_n: int, num_warps: int) -> dict:
-    """The keyword arguments of :func:`gluon_all_to_all_kernel` besides the tensors and sizes.
-
-    Examples
-    --------
-    >>> kernel_options(ctx, members(ctx, None), 2, 32, 64, 8)["LAYOUT"]        # doctest: +SKIP
-    BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[4, 8], warps_per_cta=[8, 1], order=[1, 0], ...)
-    """
-    layout = tile_layout(element_bytes, block_m, block_n, num_warps, warp_threads(ctx))
-    return dict(**kernel_args(members), BLOCK_M=block_m, BLOCK_N=block_n, LAYOUT=layout, num_warps=num_warps)
+from .groups import GroupContext
 
 
 @gluon.jit
 def gluon_all_to_all_kernel(context, inp, out, flags, epochs, M, N, stride_m, rank: gl.constexpr,
                             world: gl.constexpr, rank_start: gl.constexpr, rank_stride: gl.constexpr,
-                            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, WAIT_DONE: gl.constexpr, WIDE: gl.constexpr,
-                            LAYOUT: gl.constexpr):
-    ctx = GluonGroupContext.initialize(context, rank, world, rank_start, rank_stride)
+                            num_ranks: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                            WAIT_DONE: gl.constexpr, WIDE: gl.constexpr, LAYOUT: gl.constexpr):
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
     pid = gl.program_id(0)
     num_programs = gl.num_programs(0)
     epoch = gl.load(epochs + pid) + 1

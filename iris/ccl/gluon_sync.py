@@ -37,7 +37,7 @@ def lane_layout(layout):
 def exchange(ctx, flags, slot, epoch, pid, num_programs, LAYOUT: gl.constexpr):
     """Tell every member of ``ctx``'s group that this program ``pid`` reached ``slot`` of call ``epoch``; wait
     for theirs (one lane per member, one link round trip whatever the group's size; see
-    :func:`iris.ccl.sync.exchange`). ``ctx`` is a :class:`iris.ccl.gluon_group.GluonGroupContext`; ``LAYOUT``
+    :func:`iris.ccl.sync.exchange`). ``ctx`` is the kernel's :class:`iris.ccl.groups.GroupContext`; ``LAYOUT``
     the kernel's blocked layout (:func:`lane_layout`).
     """
     world: gl.constexpr = ctx.world_size

@@ -68,9 +68,8 @@ def test_gluon_all_gather_all_to_all_default_launch_shape():
     assert all(r["checked"] == 2 * 6 + 2 * 3 for r in results)
 
 
-def test_gluon_async_op_workspace_shared_with_triton_errors_and_upstream_calls():
-    run_ranks(WORLD, f"{GLUON}:async_op_shared_workspace_and_errors", env=CUDA)
-    assert {r["context"] for r in run_ranks(WORLD, f"{GLUON}:upstream_calls", env=CUDA)} == {"IrisGluon"}
+def test_gluon_upstream_calls_async_op_workspace_shared_with_triton_and_errors():
+    assert {r["context"] for r in run_ranks(WORLD, f"{GLUON}:host_context_async_and_errors", env=CUDA)} == {"IrisGluon"}
 
 
 def test_gluon_over_strided_process_groups():
