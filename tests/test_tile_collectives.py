@@ -2,7 +2,8 @@
 
 Every collective against torch on 2 real ranks, the reductions and all_to_all on 3 ranks with the race checker on
 (no race may be reported on a correct use), bad input refused with a message naming the call and the rank, and
-every kernel compiled for sm_90 by Triton's own compiler (no GPU needed). The rank cases are in
+every kernel (and benchmarks/tile_all_reduce.py's GEMM with each variant in its epilogue) compiled for sm_90 by
+Triton's own compiler (no GPU needed). The rank cases are in
 tests/rank_cases_tile_collectives.py; tests/gpu/test_tile_collectives_cuda.py runs the same on GPUs, with more
 shapes and dtypes.
 """
@@ -98,8 +99,13 @@ def test_every_kernel_compiles_for_sm90(sm90_compile):
     assert sm90_compile.returncode == 0, err[-3000:]
     results = json.loads(out.splitlines()[-1])
     failed = {name: result["error"] for name, result in results.items() if not result["compiled"]}
+    refused = {name: failed.pop(name) for name in list(failed) if name.startswith("refused ")}
     assert failed == {}, failed
-    assert len(results) == 14
+    assert len(results) == 14 + 3 + 3  # the collectives' kernels, benchmarks/tile_all_reduce.py's, the refused
+    # what the CPU refuses when the kernel runs, a GPU compile refuses with the same error (the rank is unknown here)
+    assert refused["refused dim"].startswith("TileCollectiveError: all_gather: dim must be 0"), refused
+    assert refused["refused shape"].startswith("TileCollectiveError: tile.data has shape [16, 16]"), refused
+    assert refused["refused source_rank"].startswith("TileCollectiveError: gather: source_rank 2"), refused
     # ring (bf16, 64 x 64 tiles, 128 threads): the local load, the peer's load and the store each take 4 128-bit
     # accesses a thread; the peer's is vectorised only because the collective re-applied a true alignment hint
     assert results["all_reduce ring bf16"]["vector_accesses"] >= 12
