@@ -14,8 +14,10 @@ sm_90 on a machine without a GPU and prints one JSON line: per kernel, "compiled
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import tempfile
 
 import torch
 import triton
@@ -51,8 +53,8 @@ def _own_tile(view, tile_id, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 @triton.jit
 def all_reduce_kernel(x, staging, out, locks, M, N, stride_m, stride_n, out_stride_m, out_stride_n, context,
                       rank: tl.constexpr, world: tl.constexpr, VARIANT: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr):
-    ctx = iris.DeviceContext.initialize(context, rank, world)
+                      BLOCK_N: tl.constexpr, TRACE: tl.constexpr = False):
+    ctx = iris.DeviceContext.initialize(context, rank, world, tracing=TRACE)
     mine = iris.make_tensor_view(x, M, N, stride_m, stride_n)
     src = iris.make_tensor_view(staging, M, N, stride_m, stride_n)
     dst = iris.make_tensor_view(out, M, N, out_stride_m, out_stride_n)
@@ -80,8 +82,9 @@ def all_reduce_kernel(x, staging, out, locks, M, N, stride_m, stride_n, out_stri
 
 @triton.jit
 def all_gather_kernel(x, out, M, N, stride_m, stride_n, out_stride_m, out_stride_n, context, rank: tl.constexpr,
-                      world: tl.constexpr, DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    ctx = iris.DeviceContext.initialize(context, rank, world)
+                      world: tl.constexpr, DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      TRACE: tl.constexpr = False):
+    ctx = iris.DeviceContext.initialize(context, rank, world, tracing=TRACE)
     mine = iris.make_tensor_view(x, M, N, stride_m, stride_n)
     dst = iris.make_tensor_view(out, M * world if DIM == 0 else M, N if DIM == 0 else N * world, out_stride_m,
                                 out_stride_n)
@@ -192,14 +195,14 @@ def _launch(ctx, kernel, *args, **constexprs):
     ctx.barrier()
 
 
-def _check_all_reduce(ctx, variant, dtype, M, N, BM, BN, transposed_out=False):
+def _check_all_reduce(ctx, variant, dtype, M, N, BM, BN, transposed_out=False, trace=False):
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     parts = [_input(r, (M, N), dtype) for r in range(world)]
     x, staging = _on_heap(ctx, parts[rank]), ctx.zeros(M, N, dtype=dtype)
     out = ctx.zeros(N, M, dtype=dtype).t() if transposed_out else ctx.zeros(M, N, dtype=dtype)
     locks = ctx.zeros(_tiles(M, N, BM, BN), dtype=torch.int32)
     _launch(ctx, all_reduce_kernel, x, staging, out, locks, M, N, *x.stride(), *out.stride(), VARIANT=variant,
-            BLOCK_M=BM, BLOCK_N=BN)
+            BLOCK_M=BM, BLOCK_N=BN, TRACE=trace)
     expected = _sum(parts, dtype)
     # a + b rounds the same either way; with more ranks only the rank-ordered variants (and integers) are exact
     exact = world == 2 or variant in ("one_shot", "two_shot", "reduce_scatter") or not dtype.is_floating_point
@@ -226,13 +229,14 @@ def _expect_owned_tiles(what, out, expected, rank, world, BM, BN):
     _expect(what, out, wanted, True)
 
 
-def _check_all_gather(ctx, dtype, dim, M, N, BM, BN, transposed_out=False):
+def _check_all_gather(ctx, dtype, dim, M, N, BM, BN, transposed_out=False, trace=False):
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     parts = [_input(r, (M, N), dtype, salt=1) for r in range(world)]
     x = _on_heap(ctx, parts[rank])
     shape = (M * world, N) if dim == 0 else (M, N * world)
     out = ctx.zeros(shape[::-1], dtype=dtype).t() if transposed_out else ctx.zeros(shape, dtype=dtype)
-    _launch(ctx, all_gather_kernel, x, out, M, N, *x.stride(), *out.stride(), DIM=dim, BLOCK_M=BM, BLOCK_N=BN)
+    _launch(ctx, all_gather_kernel, x, out, M, N, *x.stride(), *out.stride(), DIM=dim, BLOCK_M=BM, BLOCK_N=BN,
+            TRACE=trace)
     _expect(f"all_gather dim {dim} {dtype} {M}x{N} rank {rank}", out, torch.cat(parts, dim=dim), True)
 
 
@@ -283,7 +287,22 @@ def every_collective(full=False):
     checks.append((_check_all_gather, torch.bfloat16, 1, *GPU_SHAPES[-2 if full else 0], True))
     for check, *args in checks:
         check(ctx, *args)
-    return {"rank": ctx.get_rank(), "checked": len(checks), "refusals": _refusals(ctx, debug=not full)}
+    return {"rank": ctx.get_rank(), "checked": len(checks), "traced": _traced(ctx),
+            "refusals": _refusals(ctx, debug=not full)}
+
+
+def _traced(ctx) -> dict:
+    """The events a traced atomic all-reduce and a traced all_gather recorded on this rank, by name and target
+    rank: the collectives' remote accesses are the context's own ops, so tracing sees each of them."""
+    ctx.tracing.enable(max_events=1000)
+    _check_all_reduce(ctx, "atomic", torch.float32, *CPU_SHAPE, trace=True)
+    _check_all_gather(ctx, torch.float32, 0, *CPU_SHAPE, trace=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        trace = ctx.tracing.export(os.path.join(scratch, "tiles.json"))
+    counts = collections.Counter(f"{event['name']} -> {event['args']['target_rank']}" for event in trace["traceEvents"]
+                                 if event["ph"] != "M")
+    ctx.tracing.reset()
+    return dict(counts)
 
 
 def three_ranks_under_the_race_checker():
@@ -370,6 +389,8 @@ def _sm90_kernels() -> dict:
                 "x": (f"*{dtype}", None), "staging": (f"*{dtype}", None), "out": (f"*{dtype}", None),
                 "locks": ("*i32", None), **view("M", "N", "stride_m"), "stride_n": unit, "out_stride_m": ("i32", None),
                 "out_stride_n": unit, **context, "VARIANT": ("constexpr", variant), **blocks})
+    traced = dict(kernels["all_reduce two_shot bf16"][1], TRACE=("constexpr", True))
+    kernels["all_reduce two_shot bf16 traced"] = (all_reduce_kernel, traced)
     for dim in (0, 1):
         kernels[f"all_gather dim {dim}"] = (all_gather_kernel, {
             "x": ("*bf16", None), "out": ("*bf16", None), **view("M", "N", "stride_m"), "stride_n": unit,

@@ -75,6 +75,8 @@ def test_every_collective_against_torch_on_two_ranks():
     for result in run_ranks(2, f"{CASES}:every_collective", timeout=300):
         assert result["checked"] == 22  # each check raised in the rank on a mismatch
         refusals, rank = result["refusals"], result["rank"]
+        # 2 x 2 tiles: the atomic all-reduce adds each into both ranks, all_gather stores each into the peer
+        assert result["traced"] == {"atomic_add -> 0": 4, "atomic_add -> 1": 4, f"store -> {1 - rank}": 4}
         assert {what: refusal["type"] for what, refusal in refusals.items()} == {
             "dim": "TileCollectiveError", "shape": "TileCollectiveError", "source_rank": "TileCollectiveError",
             "rows": "IrisDebugError"}
@@ -101,7 +103,8 @@ def test_every_kernel_compiles_for_sm90(sm90_compile):
     failed = {name: result["error"] for name, result in results.items() if not result["compiled"]}
     refused = {name: failed.pop(name) for name in list(failed) if name.startswith("refused ")}
     assert failed == {}, failed
-    assert len(results) == 14 + 3 + 3  # the collectives' kernels, benchmarks/tile_all_reduce.py's, the refused
+    # the collectives' kernels (one traced), benchmarks/tile_all_reduce.py's, the refused
+    assert len(results) == 15 + 3 + 3
     # what the CPU refuses when the kernel runs, a GPU compile refuses with the same error (the rank is unknown here)
     assert refused["refused dim"].startswith("TileCollectiveError: all_gather: dim must be 0"), refused
     assert refused["refused shape"].startswith("TileCollectiveError: tile.data has shape [16, 16]"), refused
