@@ -192,7 +192,6 @@ def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace
     >>> ws = iris.ccl.all_reduce_preamble(out, inp, ctx)    # doctest: +SKIP
     """
     config = config or Config()
-    refuse_gluon(ctx, config, "all_reduce")
     group_of_call = group if isinstance(group, Members) else members(ctx, group, "all_reduce")
     n, world = input_tensor.numel(), group_of_call.size
     variant = config.all_reduce_variant or choose_variant(n * input_tensor.element_size(), world)
@@ -253,6 +252,7 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
         return workspace
     config = config or Config()
     check_op(ctx, op)
+    refuse_gluon(ctx, config, "all_reduce")
     group_of_call = members(ctx, group, "all_reduce")
     check_tensors(ctx, "all_reduce", output_tensor, input_tensor, reduce=True)
     workspace = all_reduce_preamble(output_tensor, input_tensor, ctx, config, workspace, group_of_call)

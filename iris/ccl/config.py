@@ -76,8 +76,8 @@ class Config:
         True: all_gather and all_to_all run as Gluon kernels (:mod:`iris.ccl.gluon_all_gather`,
         :mod:`iris.ccl.gluon_all_to_all`), with the same algorithms, arguments and results as the Triton ones,
         on GPUs and on the CPU interpreter. all_reduce and reduce_scatter have no Gluon kernel, here as upstream:
-        called with it they raise a ValueError that names them (upstream's refusal); the device barrier takes
-        no config.
+        called with it they raise a ValueError that names them (upstream's refusal; ``all_reduce_preamble``,
+        which only prepares a workspace, takes it, as upstream's does); the device barrier takes no config.
     all_gather_variant : {None, "push", "pull", "persistent", "partitioned"}
         "push" or "pull" picks the algorithm; None and upstream's names pick by size (see
         :func:`iris.ccl.all_gather.choose_gather_variant`).
