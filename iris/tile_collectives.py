@@ -67,7 +67,7 @@ class TileCollectiveError(RaisedAsIs, ValueError):
     --------
     >>> ctx.all_gather(tile, dst_view, 2)      # doctest: +SKIP
     Traceback (most recent call last):
-    iris.tile_collectives.TileCollectiveError: all_gather: dim must be 0 (rows) or 1 (columns), got 2 ...
+    iris.tile_collectives.TileCollectiveError: all_gather (rank 0): dim must be 0 (gather rows) or 1 (gather ...
     """
 
 
@@ -319,18 +319,20 @@ def all_gather(ctx, tile, dst_view, dim: tl.constexpr):
     _refuse_unless((dim == 0) | (dim == 1), _dim_text(dim))
     _check_data(tile.data.shape, tile.block_m, tile.block_n)
     rm, rn = tile_indices(tile)
+    # The part's offset is a run-time value, not a multiple of the block: the pointers are built without the
+    # divisibility hints of TensorView.tile_ptr_from_indices, which would be false here.
     if dim == 0:
         tl.device_assert(dst_view.M % ctx.world_size == 0, _NOT_DIVISIBLE)
-        rows = dst_view.M // ctx.world_size
-        ptrs, mask = dst_view.tile_ptr_from_indices(rm + ctx.rank * rows, rn, tile.block_m, tile.block_n)
-        mask = mask & (rm < rows)[:, None]
+        part = dst_view.M // ctx.world_size
+        rows, columns, in_part = rm + ctx.rank * part, rn, (rm < part)[:, None]
         first_column = tile.pid_n * tile.block_n
     else:
         tl.device_assert(dst_view.N % ctx.world_size == 0, _NOT_DIVISIBLE)
-        columns = dst_view.N // ctx.world_size
-        ptrs, mask = dst_view.tile_ptr_from_indices(rm, rn + ctx.rank * columns, tile.block_m, tile.block_n)
-        mask = mask & (rn < columns)[None, :]
-        first_column = ctx.rank * columns + tile.pid_n * tile.block_n
+        part = dst_view.N // ctx.world_size
+        rows, columns, in_part = rm, rn + ctx.rank * part, (rn < part)[None, :]
+        first_column = ctx.rank * part + tile.pid_n * tile.block_n
+    ptrs = dst_view.ptr + rows[:, None] * dst_view.stride_m + columns[None, :] * dst_view.stride_n
+    mask = in_part & (rows[:, None] < dst_view.M) & (columns[None, :] < dst_view.N)
     value = tile.data.to(ptrs.dtype.element_ty)
     tl.store(ptrs, value, mask=mask)
     vectorisable = _rows_vectorisable(dst_view, first_column)

@@ -221,7 +221,8 @@ class TensorView:
     @triton.jit
     def offset_tile_ptr(self, tile, offset_m=0, offset_n=0, src_mask=None):
         """Pointers and mask of ``tile`` moved by ``offset_m`` rows and ``offset_n`` columns (and, given
-        ``src_mask``, only where it is true too)."""
+        ``src_mask``, only where it is true too). The pointers carry :meth:`tile_ptr_from_indices`'s hints:
+        offsets must be multiples of the block sizes."""
         rm, rn = tile_indices(tile)
         ptrs, mask = self.tile_ptr_from_indices(rm + offset_m, rn + offset_n, tile.block_m, tile.block_n)
         if src_mask is not None:
