@@ -235,3 +235,30 @@ def over_strided_groups():
     dist.all_to_all(received, [chunk.contiguous() for chunk in inp.cpu().split(8, dim=1)], group=group)
     _check_equal("all_to_all over a group", out, torch.cat(received, dim=1))
     return {"rank": r, "member": member}
+
+
+def race_free_under_the_checker():
+    """The race checker (``check="races"``) finds no race in the Gluon collectives, called three times each (call
+    parity wrapping round): their flags order every remote access as the Triton kernels' do. Then a control race
+    (tests/rank_cases_races.py's two programs writing one element), which it must find: it was watching."""
+    from .rank_cases_races import two_programs
+
+    ctx = iris.iris("64MiB", backend="cpu", check="races")
+    r, world = ctx.cur_rank, ctx.num_ranks
+    inp = ctx.zeros(300, name="inp")
+    inp.fill_(r)
+    exchanged, to_exchange = ctx.zeros(4, 8 * world, name="exchanged"), ctx.zeros(4, 8 * world, name="to_exchange")
+    to_exchange.fill_(r)
+    ctx.barrier()
+    for variant in ("push", "pull"):
+        gathered = ctx.zeros(world * 300, name=f"gathered_{variant}")
+        for _ in range(3):
+            ctx.ccl.all_gather(gathered, inp, config=Config(use_gluon=True, all_gather_variant=variant, block_size=64))
+    for _ in range(3):
+        ctx.ccl.all_to_all(exchanged, to_exchange, config=Config(use_gluon=True, block_size_m=4, block_size_n=8))
+        ctx.device_barrier()
+    ctx.barrier()
+    collectives = len(ctx.races())
+    two_programs(ctx, r, world)
+    ctx.barrier()
+    return {"rank": r, "collectives": collectives, "control": len(ctx.races()) - collectives}

@@ -58,3 +58,9 @@ def test_upstream_calls_async_op_a_workspace_shared_with_triton_and_errors():
 def test_over_strided_process_groups():
     results = run_ranks(4, f"{CASES}:over_strided_groups", timeout=120)
     assert [r["member"] for r in results] == [0, 0, 1, 1]
+
+
+def test_race_checker_finds_no_race_in_the_gluon_collectives():
+    results = run_ranks(2, f"{CASES}:race_free_under_the_checker", timeout=120)
+    assert [r["collectives"] for r in results] == [0, 0]
+    assert results[0]["control"] > 0  # the control race, on the rank that ran it: the checker was watching
