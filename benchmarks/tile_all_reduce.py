@@ -247,6 +247,7 @@ def main() -> None:
                   + ", ".join(f"{name} {e:.1e}" for name, e in errors.items()))
         if not (args.check or args.cpu):
             rows.append(measure(ctx, ours, size))
+            ctx.ops.release_workspaces()  # the next size's buffers take their heap space
         del ours
         ctx.barrier()
     if rows and rank == 0:
