@@ -106,17 +106,19 @@ class TileAllReduce:
     >>> ours("one_shot"); ours.out                  # doctest: +SKIP
     """
 
-    def __init__(self, ctx, A, B):
+    def __init__(self, ctx, A, B, block=None, launch_options=None):
         self.ctx, self.A, self.B = ctx, A, B
         M, N = A.shape[0], B.shape[1]
         self.out, self.staging = ctx.zeros(M, N, dtype=A.dtype), ctx.zeros(M, N, dtype=A.dtype)
         on_gpu = A.is_cuda
         # 128 x 128 tiles where they give every SM one; 64 x 64 on small products and on the CPU (fewer, cheaper
         # interpreted programs there too)
-        self.block = (128, 128, 64) if on_gpu and M * N // (128 * 128) >= ctx.get_cu_count() else (64, 64, 64)
+        self.block = block or ((128, 128, 64) if on_gpu and M * N // (128 * 128) >= ctx.get_cu_count()
+                               else (64, 64, 64))
         self.locks = ctx.zeros(triton.cdiv(M, self.block[0]) * triton.cdiv(N, self.block[1]), dtype=torch.int32)
         self.programs = min(ctx.get_cu_count() if on_gpu else 2, self.locks.numel())
-        self.launch_options = {"num_warps": 8, "num_stages": 3} if on_gpu and self.block[0] == 128 else {}
+        self.launch_options = launch_options if launch_options is not None else (
+            {"num_warps": 8, "num_stages": 3} if on_gpu and self.block[0] == 128 else {})
 
     def __call__(self, variant: str) -> None:
         ctx, A, B, out = self.ctx, self.A, self.B, self.out
@@ -194,6 +196,46 @@ def measure(ctx, ours: TileAllReduce, size: int) -> dict:
     return {"size": size, "timings": timings, "eager": eager}
 
 
+# (BLOCK_M, BLOCK_N, BLOCK_K), num_warps, num_stages: the shapes Triton's matmul tutorials tune over on Hopper.
+SWEEP = [((128, 128, 64), 8, 3), ((128, 128, 64), 4, 4), ((128, 256, 64), 8, 3), ((128, 256, 64), 8, 4),
+         ((256, 128, 64), 8, 3), ((64, 256, 64), 4, 4)]
+
+
+def sweep(ctx, size: int) -> dict:
+    """µs per call of the GEMM alone and of one_shot for each entry of :data:`SWEEP` at one size (each checked
+    first as :func:`check` does)."""
+    from benchmarks.fused_ops import rotated_medians
+
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    A, B = operands(rank, size, world, ctx.get_device())
+    calls, keep = {}, []
+    for block, warps, stages in SWEEP:
+        ours = TileAllReduce(ctx, A, B, block, {"num_warps": warps, "num_stages": stages})
+        check(ctx, ours, size, ("one_shot",))
+        label = f"{block[0]}x{block[1]}x{block[2]} w{warps} s{stages}"
+        calls[f"{label} gemm"] = lambda ours=ours: ours("gemm")
+        calls[f"{label} one_shot"] = lambda ours=ours: ours("one_shot")
+        keep.append(ours)
+    torch.cuda.synchronize()
+    ctx.barrier()
+    return {"size": size, "timings": rotated_medians(calls)[0]}
+
+
+def sweep_table(rows, world: int) -> str:
+    from benchmarks.results import environment
+
+    labels = [f"{b[0]}x{b[1]}x{b[2]} w{w} s{s}" for b, w, s in SWEEP]
+    lines = [f"{environment()}; {world} ranks, bf16, M = N = K; µs per call (CUDA-graph replays, the slowest rank's): "
+             "the GEMM alone / with one_shot in its epilogue, per tile shape (BLOCK_M x BLOCK_N x BLOCK_K), warps "
+             "and pipeline stages. Written by `benchmarks/tile_all_reduce.py --sweep`; TileAllReduce's default "
+             "follows it.", "", "| M = N = K | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    for row in rows:
+        t = row["timings"]
+        lines.append(f"| {row['size']} | " + " | ".join(f"{t[l + ' gemm']:.0f} / {t[l + ' one_shot']:.0f}"
+                                                          for l in labels) + " |")
+    return "\n".join(lines)
+
+
 def table(rows, world: int) -> str:
     from benchmarks.fused_ops import ROUNDS
     from benchmarks.results import environment
@@ -222,6 +264,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="the correctness check alone")
     parser.add_argument("--cpu", action="store_true", help="the check on the CPU backend (small shapes)")
+    parser.add_argument("--sweep", action="store_true", help="instead: time the GEMM alone and one_shot for each "
+                        "tile shape and launch option of SWEEP (GPU), to choose the default by measurement")
     parser.add_argument("--sizes", type=lambda text: [int(s) for s in text.split(",")],
                         help="M = N = K, comma-separated (default: 1024,4096,8192; with --cpu: 64,96)")
     args = parser.parse_args()
@@ -240,6 +284,9 @@ def main() -> None:
     for size in args.sizes or (CPU_SIZES if args.cpu else SIZES):
         if size % world:
             parser.error(f"--sizes: {size} is not divisible by the {world} ranks (K is split between them)")
+        if args.sweep:
+            rows.append(sweep(ctx, size))
+            continue
         ours = TileAllReduce(ctx, *operands(rank, size, world, ctx.get_device()))
         errors = check(ctx, ours, size, VARIANTS)
         if rank == 0:
@@ -250,6 +297,14 @@ def main() -> None:
             ctx.ops.release_workspaces()  # the next size's buffers take their heap space
         del ours
         ctx.barrier()
+    if rows and rank == 0:
+        from benchmarks.results import write_section
+
+        if args.sweep:
+            text = sweep_table(rows, world)
+            print(text)
+            write_section(f"tile_all_reduce ({world} GPUs, tile shapes)", text)
+            rows = []
     if rows and rank == 0:
         from benchmarks.results import write_section
 
