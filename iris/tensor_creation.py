@@ -198,9 +198,24 @@ def _copy_of(values: torch.Tensor):
 
 def zeros(heap, iris_device, size, *, out=None, dtype=None, layout=torch.strided, device=None,
           requires_grad=False, name=None) -> torch.Tensor:
-    """Zeros of ``size`` on the heap (``dtype`` defaults to torch's default dtype)."""
-    return _create(heap, iris_device, size, dtype, out=out, layout=layout, device=device,
-                   requires_grad=requires_grad, name=name, fill=lambda t: t.zero_())
+    """Zeros of ``size`` on the heap (``dtype`` defaults to torch's default dtype).
+
+    A new tensor is zero on every rank before any rank returns, so a peer may write into it at once: upstream's
+    heap hands out memory that is already zero, and its programs rely on it (a flag array from ``ctx.zeros`` is
+    set by a producer rank while the consumer may still be in its own call). Ours reuses freed memory, so each
+    rank zeroes its copy, then the ranks meet (after the device finished the zeroing): a write that came first
+    would be lost under the zeroing, and a consumer spinning on that flag would never see it.
+
+    Examples
+    --------
+    >>> flags = ctx.zeros(blocks, dtype=torch.int32)   # peers may set flags at once   # doctest: +SKIP
+    """
+    tensor = _create(heap, iris_device, size, dtype, out=out, layout=layout, device=device,
+                     requires_grad=requires_grad, name=name, fill=lambda t: t.zero_())
+    if out is None:
+        heap.memory.synchronize()
+        heap.group.barrier()
+    return tensor
 
 
 def ones(heap, iris_device, size, *, out=None, dtype=None, layout=torch.strided, device=None,

@@ -203,3 +203,28 @@ def ring_workspace_of_other_sizes():
     return {"tiles_reused": small_tiles is prepared, "tiles_error": tiles_error,
             "few_programs": few.programs, "replaced": more is not few, "more_programs": more.programs,
             "flags": list(more.flags.shape), "programs_error": (out - want).abs().max().item()}
+
+
+def zeros_ready_for_peers(rounds, elements):
+    """upstream's message-passing pattern: a flag array from ctx.zeros is written by a peer as soon as that peer's
+    own call returns. Each round dirties a block, frees it, and gets it back from ctx.zeros; rank 0 then reads
+    rank 1's copy and writes its last element at once; rank 1 checks, after a barrier, that the write is there."""
+    ctx = iris.iris(max(64 << 20, 4 * 4 * elements), backend=BACKEND)
+    rank, report = ctx.cur_rank, []
+    for _ in range(rounds):
+        dirty = ctx.full((elements,), 7.0)
+        block = dirty.data_ptr()
+        del dirty  # released at the next allocation, which takes the same block
+        flags = ctx.zeros(elements)
+        peer_was_zero = None
+        if rank == 0:
+            peers = ctx.as_remote(flags, 1)
+            peer_was_zero = bool((peers == 0).all())
+            peers[-1] = 1.0
+        ctx.barrier()
+        report.append({"reused": flags.data_ptr() == block, "peer_was_zero": peer_was_zero,
+                       "write_kept": bool(flags[-1] == 1.0) if rank == 1 else None,
+                       "rest_zero": bool((flags[:-1] == 0).all())})
+        del flags
+    ctx.barrier()
+    return {"rank": rank, "rounds": report}

@@ -118,6 +118,16 @@ def test_ring_all_reduce_never_runs_with_flags_too_small():
         assert result["flags"] == [3, 2, 2] and result["programs_error"] < 1e-4, result  # 2*world-1 slots
 
 
+def test_zeros_is_zero_on_every_rank_before_any_rank_returns():
+    """upstream's tests/examples/test_message_passing hung on 2 CPU ranks: the producer set a flag in the
+    consumer's new ctx.zeros array before the consumer had zeroed its copy (reused memory), and the zeroing
+    erased it. Now a peer reading or writing right after its own call sees a zeroed copy and keeps its write."""
+    for result in run_ranks(2, f"{OPS_CASES}:zeros_ready_for_peers", 3, 1 << 23):
+        for seen in result["rounds"]:
+            assert seen["reused"] and seen["rest_zero"], seen
+            assert seen["peer_was_zero"] is not False and seen["write_kept"] is not False, seen
+
+
 def test_auto_config_of_the_staged_all_gather_matmul_answers_alike_for_every_shape():
     """Upstream's tests/ops import _auto_config and _CHAMPION_CONFIGS; none of the fetcher's knobs has an effect
     here, so it answers alike for every shape (the 2-rank test above passes its answer to the op)."""
@@ -128,6 +138,51 @@ def test_auto_config_of_the_staged_all_gather_matmul_answers_alike_for_every_sha
         assert _auto_config(*shape) == (iris.ops.FusedConfig(), 1, 1, 1, 1)
     with pytest.raises(ValueError, match="_auto_config's K must be an int >= 1, got 0"):
         _auto_config(8, 8, 0)
+
+
+def test_upstream_tests_runner_summarises_a_folder_per_outcome(tmp_path):
+    """tests/gpu/run_upstream_tests.py on 2 CPU ranks over a folder of pytest files written here (a pass, a
+    failure, a skip, a fixture error, a test that fails on rank 1 only, a module that cannot be imported): the
+    Markdown summary counts each outcome, and lists what did not pass with its first error line."""
+    folder = tmp_path / "tests" / "unit"
+    folder.mkdir(parents=True)
+    (folder / "test_cases.py").write_text(textwrap.dedent("""
+        import pytest
+        import torch.distributed as dist
+        import iris
+
+        @pytest.fixture
+        def broken():
+            raise RuntimeError("fixture broke")
+
+        def test_passes():
+            assert iris.iris(1 << 20).get_num_ranks() == dist.get_world_size() == 2
+
+        def test_fails():
+            assert 1 == 2, "one is not two"
+
+        def test_skips():
+            pytest.skip("not here")
+
+        def test_errors(broken):
+            pass
+
+        def test_fails_on_rank_one():
+            assert dist.get_rank() == 0, "rank one differs"
+    """))
+    (folder / "test_unimportable.py").write_text("from iris.no_such_module import anything\n")
+    summary = tmp_path / "summary.md"
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "run_upstream_tests.py"), str(tmp_path),
+                           "tests/unit", "--ranks", "2", "--timeout", "300", "--markdown", str(summary)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = summary.read_text().splitlines()
+    assert lines[2] == "| `tests/unit` | 1 | 2 | 1 | 1 | 1 | " + lines[2].split(" | ")[6] + " | exit status 1 |"
+    text = summary.read_text()
+    assert "- `tests.unit.test_cases::test_fails`: failed: AssertionError: one is not two" in text
+    assert "- `tests.unit.test_cases::test_fails_on_rank_one`: failed: rank 1: AssertionError: rank one differs" in text
+    assert "- `tests.unit.test_cases::test_errors`: errors: RuntimeError: fixture broke" in text
+    assert "- `tests.unit.test_unimportable`: not collected: ModuleNotFoundError: No module named " in text
 
 
 def test_upstream_names_are_our_objects():

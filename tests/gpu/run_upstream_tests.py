@@ -23,8 +23,10 @@ another ``iris`` was imported).
 Where the machine lacks what upstream's tests assume (one GPU per rank, placed with ``device=f"cuda:{rank}"``),
 each rank changes torch, never the tests or iris:
 
-* no GPU (the CPU backend): factory calls with ``device="cuda:k"`` make CPU tensors, ``torch.cuda.synchronize``
-  waits for nothing (the Triton interpreter runs kernels synchronously), and torch.distributed runs on gloo;
+* no GPU (the CPU backend): factory calls and ``.to`` with ``device="cuda:k"`` (by name or position, or under
+  ``torch.set_default_device("cuda")``) make CPU tensors, ``tensor.cuda()`` is the tensor itself,
+  ``torch.cuda.synchronize`` waits for nothing (the Triton interpreter runs kernels synchronously), and
+  torch.distributed runs on gloo;
 * fewer GPUs than ranks: ``cuda:k`` becomes ``cuda:(k % gpus)`` (iris places rank r there too) and
   torch.distributed runs on gloo (NCCL refuses two ranks on one GPU).
 
@@ -89,12 +91,20 @@ def place_ranks_on_this_machine(local_rank: int) -> str:
             kwargs = kwargs or {}
             if "device" in kwargs:
                 kwargs = dict(kwargs, device=here(kwargs["device"]))
+            # a device passed by position (tensor.to(torch.device("cuda:1")), upstream's MoE example)
+            args = tuple(here(a) if isinstance(a, torch.device) or (isinstance(a, str) and a.startswith("cuda"))
+                         else a for a in args)
             return func(*args, **kwargs)
 
     if gpus == 0 or gpus < int(os.environ["LOCAL_WORLD_SIZE"]):
         PlaceOnThisMachine().__enter__()  # for the whole run: every test's torch calls
+        # torch keeps the default device's mode beneath every other, so the mode above never sees the device it
+        # adds: place it when it is set (upstream's flash-decode test sets "cuda" for the rest of the process).
+        set_default_device = torch.set_default_device
+        torch.set_default_device = lambda device: set_default_device(here(device))
     if gpus == 0:
         torch.cuda.synchronize = lambda device=None: None  # the interpreter ran every kernel to completion
+        torch.Tensor.cuda = lambda tensor, device=None, *args, **kwargs: tensor  # already where iris works
         return "gloo"
     return "nccl" if gpus >= int(os.environ["LOCAL_WORLD_SIZE"]) else "gloo"
 
@@ -215,8 +225,14 @@ def summary(runs: list[dict], ranks: int, heap: str) -> str:
                 by_line.setdefault(f"{kind}: {line or '(no message)'}", []).append(name)
         if by_line:
             failures.append(f"\n`{run['path']}`:\n")
-            failures += [f"- {', '.join(f'`{name}`' for name in names)}: {line}" for line, names in by_line.items()]
+            failures += [f"- {_names(names)}: {line}" for line, names in by_line.items()]
     return "\n".join(lines + failures) + "\n"
+
+
+def _names(names: list[str], shown: int = 3) -> str:
+    """``names`` in Markdown, the first ``shown`` of a longer list and how many more."""
+    listed = ", ".join(f"`{name}`" for name in names[:shown])
+    return listed if len(names) <= shown else f"{len(names)} tests: {listed} and {len(names) - shown} more"
 
 
 def run_path(path: str, upstream: Path, args, pytest_args: list[str]) -> dict:
