@@ -118,14 +118,8 @@ def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
         dist.all_gather_into_tensor(gathered_t, shard_t)
         a_full = gathered_t.t().contiguous()  # (the pieces below read A row-major, as ours does)
 
-        def pieces(chunks, growth):  # the first piece as per-shard terms, the others on the gathered A
-            k_local = k // world
-            rows = split(slice(None), m, chunks, growth)
-            torch.matmul(A_shard[rows[0]], B[rank * k_local:(rank + 1) * k_local], out=out[rows[0]])
-            for peer in (p for p in range(world) if p != rank):
-                out[rows[0]].addmm_(a_full[rows[0], peer * k_local:(peer + 1) * k_local],
-                                    B[peer * k_local:(peer + 1) * k_local])
-            for piece in rows[1:]:
+        def pieces(chunks, growth):  # each row piece at full depth, on the gathered A
+            for piece in split(slice(None), m, chunks, growth):
                 torch.matmul(a_full[piece], B, out=out[piece])
 
         gemm = lambda: torch.matmul(gathered_t.t(), B, out=out)  # noqa: E731
@@ -433,7 +427,7 @@ def report(rows, world, environment_line) -> str:
                   "pieces, each piece's transfer done by the copy engines on a second stream while the next "
                   "computes: matmul_all_gather pushes row pieces into every peer's out; all_gather_matmul pushes its "
                   "shard's row pieces into every rank's gathered A (2-D copies) and multiplies each piece at full "
-                  "depth once it has landed, the first as per-shard terms; the reductions compute the peers' blocks "
+                  "depth once it has landed (a thin first piece: it waits); the reductions compute the peers' blocks "
                   "first and push them, then add their own product onto them as each piece's flag arrives, and "
                   f"matmul_all_reduce pushes each reduced piece back). Plot: `fused_ops_{world}gpu.png` (rows in "
                   f"`fused_ops_{world}gpu.json`).", "", *summary(rows)]

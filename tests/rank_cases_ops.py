@@ -212,3 +212,32 @@ def odd_layouts():
                    f"all_gather m={m} round {round_}")
     ctx.barrier()
     return {"rank": rank, "errors": errors}
+
+
+def gathered_product_rounded_once():
+    """all_gather_matmul in bf16 where the shards' terms cancel: rank 0's shard times its rows of B is about +1000,
+    rank 1's about -1000 + x, so a path that rounds each term to bf16 (ulp 8 at 1000) loses x; one full-depth GEMM
+    (fp32 sum, one rounding) keeps it. Every path, every piece (a thin first piece and even ones), on 2 ranks.
+    Returns each path's largest error against the exact product."""
+    ctx = iris.iris("64MiB", backend=BACKEND)
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    m, k_local, n = 1100, 8, 24
+    g = torch.Generator().manual_seed(7)
+    small = torch.randint(-4, 5, (m, world * k_local), generator=g).double() / 64  # x: multiples of 1/64
+    A = small.clone()
+    A[:, 0], A[:, k_local] = 1000.0, -1000.0  # rank 0's shard holds +1000, rank 1's -1000, per row
+    B = torch.randint(-2, 3, (world * k_local, n), generator=g).double()
+    B[0], B[k_local] = 1.0, 1.0  # the two large columns meet the same row of B: +1000 - 1000 = 0 exactly
+    exact = A @ B  # every value a multiple of 1/64 below 64: exact in bf16 (8 bits of mantissa)
+    shard = A[:, rank * k_local:(rank + 1) * k_local].to(torch.bfloat16).to(device)
+    B_here = B.to(torch.bfloat16).to(device)
+    errors = {}
+    for name, config in (("sequential", iris.ops.FusedConfig(variant="sequential")),
+                         ("chunked, thin first piece", iris.ops.FusedConfig(variant="chunked", chunks=2, growth=16.0)),
+                         ("chunked, even", iris.ops.FusedConfig(variant="chunked", chunks=3, growth=1.0))):
+        out = ctx.zeros(m, n, dtype=torch.bfloat16)
+        ctx.ops.all_gather_matmul(out, shard, B_here, config=config)
+        ctx.barrier()
+        errors[name] = (out.double().cpu() - exact).abs().max().item()
+    ctx.barrier()
+    return errors

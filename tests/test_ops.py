@@ -124,3 +124,11 @@ def test_views_as_inputs_and_alternating_shapes():
     errors = run_ranks(2, f"{CASES}:odd_layouts")[0]["errors"]
     assert all(error < 1e-4 for error in errors.values()), errors
 
+
+
+def test_all_gather_matmul_rounds_each_element_once():
+    """Each element of all_gather_matmul's product is one fp32 sum over the whole K, rounded once: shards whose
+    terms cancel (+1000 and -1000 + x) give x exactly in bf16 on every path. (The chunked path's first piece used to
+    sum per-shard terms rounded to bf16: 2-4 ulps off, found by upstream's test_all_gather_matmul_hbm_buffer.)"""
+    for errors in run_ranks(2, f"{CASES}:gathered_product_rounded_once"):
+        assert errors == {"sequential": 0.0, "chunked, thin first piece": 0.0, "chunked, even": 0.0}, errors

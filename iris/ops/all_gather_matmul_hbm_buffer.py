@@ -4,8 +4,8 @@ memory, as our :func:`iris.ops.all_gather_matmul` on its chunked path.
 Upstream's kernel splits its grid into fetcher programs, which copy every rank's shard of A into a local
 ``(M, K)`` buffer and raise a flag per group of K blocks, and GEMM programs, which wait for those flags. Our
 chunked path is the same staging: the copy engines write each rank's shard into every rank's heap buffer ``A``
-(the workspace's ``aux_buffer``; the first row piece's GEMM starts on ``A_sharded`` itself, so this rank's own
-rows of it stay out), a flag per row piece (its ``locks``), and each piece's cuBLAS GEMM waits for its flags.
+(the workspace's ``aux_buffer``: every rank's shard in its columns, as upstream's buffer holds it), a flag per
+row piece (its ``locks``), and each piece's cuBLAS GEMM waits for its flags.
 So these functions are that path under upstream's names. The knobs of upstream's kernel (fetcher programs and
 stages, ``k_per_flag``, fetch tiles, ``num_warps``, ``num_stages``, the buffer's layout) are checked and have
 no effect: no SM fetches here, and the buffer is row-major. Its ``bias`` is upstream's: one

@@ -4,8 +4,8 @@ stream while the next piece computes. Every copy between ranks is a peer-to-peer
 
 * :func:`matmul_all_gather`: row pieces, each finished piece pushed into every peer's ``out`` (on the heap);
 * :func:`all_gather_matmul`: A gathered row piece by row piece into every rank's heap (2-D copies of each
-  shard into its columns), each piece's full-depth GEMM started once its flags say it has landed; the first
-  piece, as a sum of per-shard terms, starts at once with this rank's own;
+  shard into its columns), each piece's full-depth GEMM started once its flags say it has landed (a thin
+  first piece, so that little waits);
 * :func:`matmul_reduce_scatter` and :func:`matmul_all_reduce`: each rank computes its peers' blocks of its
   product first, in pieces pushed to their owners as they finish, then its own block, adding its product in
   place (``addmm_``) onto the peers' pieces, each waited for by its flag (:mod:`iris.ops.signals`) just
@@ -66,15 +66,18 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int, gr
 def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks: int, growth: float):
     """``out = A @ B`` with A every rank's ``A_sharded`` side by side along K, gathered into each rank's heap
     buffer ``A`` row piece by row piece: each rank's copy engines write its shard's rows into its columns of
-    every rank's ``A`` (2-D copies), each piece followed by its flag; each piece's full-depth GEMM starts once
-    its rows from every rank have landed. The first piece does not wait: its rows are multiplied as a sum of
-    per-shard terms, this rank's own first (from ``A_sharded`` itself) while the peers' rows land."""
+    every rank's ``A`` (2-D copies, its own included), each piece followed by its flag; each piece's full-depth
+    GEMM starts once its rows from every rank have landed. Each product element is one GEMM's fp32 sum over the
+    whole K, rounded once, as ``torch.matmul`` of the gathered A gives it. (Splitting a piece's K into per-shard
+    terms started sooner, but rounded each term to ``out``'s dtype: 2-4 bf16 ulps off where terms cancel.) So
+    the first piece waits for its rows: the rule makes it thin (:mod:`iris.ops.pieces`), and the others land
+    while it computes."""
     rank, world = ctx.cur_rank, ctx.num_ranks
     m, k_local = A_sharded.shape
     if A_sharded.stride(1) != 1 or A_sharded.stride(0) < k_local:  # the copy engines copy whole rows, apart
         A_sharded = A_sharded.contiguous()
     gathered = workspace.buffer(ctx, "A", (m, world * k_local), A_sharded.dtype)
-    columns = [slice(source * k_local, (source + 1) * k_local) for source in range(world)]
+    mine = slice(rank * k_local, (rank + 1) * k_local)
     rows = split(slice(None), m, chunks, growth)
     peers = [(rank + step) % world for step in range(1, world)]  # each rank starts with another peer
     signals = signals_for(ctx, workspace, chunks)
@@ -86,17 +89,11 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
         ctx.device_barrier()  # every rank's GEMMs of the last call are done with its A
         for slot, piece in enumerate(rows):
             for peer in peers:
-                ctx.heap.copy_2d(ctx.as_remote(gathered, peer)[piece, columns[rank]], A_sharded[piece])
+                ctx.heap.copy_2d(ctx.as_remote(gathered, peer)[piece, mine], A_sharded[piece])
                 signals.signal(slot, peer)
-            if slot > 0:  # (the first piece multiplies A_sharded itself)
-                ctx.heap.copy_2d(gathered[piece, columns[rank]], A_sharded[piece])
-            landed.append(_record(copy) if slot > 0 else None)
-    first = rows[0]
-    torch.matmul(A_sharded[first], B[columns[rank]], out=out[first])
-    signals.wait(0)
-    for peer in peers:
-        out[first].addmm_(gathered[first, columns[peer]], B[columns[peer]])
-    for slot, piece in enumerate(rows[1:], start=1):
+            ctx.heap.copy_2d(gathered[piece, mine], A_sharded[piece])
+            landed.append(_record(copy))
+    for slot, piece in enumerate(rows):
         _wait_event(compute, landed[slot])
         signals.wait(slot)
         torch.matmul(gathered[piece], B, out=out[piece])

@@ -175,8 +175,7 @@ class Workspace:
     @property
     def aux_buffer(self) -> torch.Tensor | None:
         """Upstream's staging buffer. Here: all_gather_matmul's gathered A (``(M, K)`` on the heap, every rank's
-        shard in its columns, as upstream's HBM buffer holds it; this rank's own rows of the first piece stay
-        out, as that piece's GEMM reads ``A_sharded`` itself) once the chunked path made it; None for the other
+        shard in its columns, as upstream's HBM buffer holds it) once the chunked path made it; None for the other
         ops, whose buffers (``buffers``) are theirs to overwrite: none needs zeroing between calls."""
         return next((tensor for (name, _, _), tensor in self.buffers.items()
                      if self.key[0] == "all_gather_matmul" and name == "A"), None)

@@ -8,14 +8,14 @@ the second without adding to the first:
 * a **pushing** pipeline (matmul_all_gather; matmul_all_reduce's reduced pieces) ends with its last piece's
   transfer, which pieces that shrink (``growth`` < 1) make short, while each piece's transfer still fits under
   the next, smaller, piece's GEMM when the GEMM is the larger part;
-* a **consuming** pipeline (all_gather_matmul) starts with its first piece, whose GEMM splits K into per-shard
-  terms (an extra pass over its rows of ``out``) to begin before the peers' rows land: pieces that grow
-  (``growth`` > 1) make that first piece small, and the rest land while it computes.
+* a **consuming** pipeline (all_gather_matmul) starts with its first piece, which waits for its rows from every
+  peer (its GEMM runs at full depth, so each element is rounded once): pieces that grow (``growth`` > 1) make
+  that first piece thin, so little waits, and the rest land while it computes.
 
 A sweep on 2xH200 (benchmarks/RESULTS.md, "pieces of the chunked path" at the M = 8192 shapes, 2026-11-26) set
 the rule: the pushing pipelines take 3 pieces that shrink (``growth`` 0.6), the fastest at 3 of their 6 rows and
-within 1.2% of the fastest at the others; for the consuming one, growing pieces were slower than 2 even ones at
-every shape (the thin first piece's split GEMM costs more than the peers' rows it waits for).
+within 1.2% of the fastest at the others. The consuming one takes a thin first piece (``growth`` 16: 512 rows at
+M = 8192, then the rest in one GEMM), the cut that keeps the exposed wait short now that its first piece waits.
 ``FusedConfig(growth=...)`` cuts any call so, and ``tests/gpu/sweep_pieces.sh`` times the cuts against each
 other.
 
@@ -43,10 +43,9 @@ PIECE_ROWS, PIECE_ELEMENTS = 512, 4 << 20
 ALIGN = 128  # piece boundaries fall on whole 128-row tiles where the sizes are not even
 # At M = 8192, 8 pieces were at most 2% faster than 4 (within the run-to-run noise), so at most 4;
 # matmul_reduce_scatter and all_gather_matmul were fastest in 2 pieces at all 6 shapes (one tie), by up to 9% and
-# 10%: at most 2 for them. (all_gather_matmul's first piece splits K. Two variants measured slower on 2xH200:
-# letting the first piece wait for its rows instead, in up to 4 even pieces, was 1.13x S at (M, N, K) = (2048,
-# 28672, 8192) and no faster at (8192, 28672, 8192); a first quarter of M split and the rest in one GEMM was 1.09x S
-# at (2048, 28672, 8192) and 0.01-0.02 S slower at the three M = 8192 shapes.) The pushing pipelines,
+# 10%: at most 2 for them. (Measured when all_gather_matmul's first piece split K into per-shard terms; letting
+# it wait for its rows in up to 4 even pieces was 1.13x S at (M, N, K) = (2048, 28672, 8192): an even first
+# piece's rows are a long wait. Its first piece waits now, and is thin: see GROWTH.) The pushing pipelines,
 # matmul_all_gather and matmul_all_reduce, at most 3: 3 shrinking pieces beat 4 even ones at 5 of the 6 M = 8192
 # rows of the 2026-11-26 sweep, by 0.6-7% (and were 1% slower at the sixth). (At M = 2048 every op's block is 1024
 # rows or fewer: 2 even pieces, whatever these say.)
@@ -54,7 +53,7 @@ DEFAULT_MAX_PIECES = 4
 MAX_PIECES = {"matmul_reduce_scatter": 2, "all_gather_matmul": 2, "matmul_all_gather": 3, "matmul_all_reduce": 3}
 # Each piece's rows over the previous piece's, by op (see the module doc): the last transfer of a pushing
 # pipeline, the one nothing hides, made short.
-GROWTH = {"matmul_all_gather": 0.6, "matmul_all_reduce": 0.6, "matmul_reduce_scatter": 1.0, "all_gather_matmul": 1.0}
+GROWTH = {"matmul_all_gather": 0.6, "matmul_all_reduce": 0.6, "matmul_reduce_scatter": 1.0, "all_gather_matmul": 16.0}
 
 
 def count(op: str, rows: int, columns: int) -> int:
