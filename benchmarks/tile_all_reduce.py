@@ -111,14 +111,15 @@ class TileAllReduce:
         M, N = A.shape[0], B.shape[1]
         self.out, self.staging = ctx.zeros(M, N, dtype=A.dtype), ctx.zeros(M, N, dtype=A.dtype)
         on_gpu = A.is_cuda
-        # 128 x 128 tiles where they give every SM one; 64 x 64 on small products and on the CPU (fewer, cheaper
-        # interpreted programs there too)
-        self.block = block or ((128, 128, 64) if on_gpu and M * N // (128 * 128) >= ctx.get_cu_count()
+        # 128 x 256 tiles, 8 warps, 4 stages where they give every SM one: the fastest of --sweep's shapes on
+        # 2xH200 at 4096 and 8192, alone and with one_shot (RESULTS.md, "tile shapes"); 64 x 64 on small products
+        # and on the CPU (fewer, cheaper interpreted programs there too)
+        self.block = block or ((128, 256, 64) if on_gpu and M * N // (128 * 256) >= ctx.get_cu_count()
                                else (64, 64, 64))
         self.locks = ctx.zeros(triton.cdiv(M, self.block[0]) * triton.cdiv(N, self.block[1]), dtype=torch.int32)
         self.programs = min(ctx.get_cu_count() if on_gpu else 2, self.locks.numel())
         self.launch_options = launch_options if launch_options is not None else (
-            {"num_warps": 8, "num_stages": 3} if on_gpu and self.block[0] == 128 else {})
+            {"num_warps": 8, "num_stages": 4} if on_gpu and self.block[0] == 128 else {})
 
     def __call__(self, variant: str) -> None:
         ctx, A, B, out = self.ctx, self.A, self.B, self.out

@@ -4,8 +4,7 @@ stream while the next piece computes. Every copy between ranks is a peer-to-peer
 
 * :func:`matmul_all_gather`: row pieces, each finished piece pushed into every peer's ``out`` (on the heap);
 * :func:`all_gather_matmul`: A gathered row piece by row piece into every rank's heap (2-D copies of each
-  shard into its columns), each piece's full-depth GEMM started once its flags say it has landed (a thin
-  first piece, so that little waits);
+  shard into its columns), each piece's full-depth GEMM started once its flags say it has landed;
 * :func:`matmul_reduce_scatter` and :func:`matmul_all_reduce`: each rank computes its peers' blocks of its
   product first, in pieces pushed to their owners as they finish, then its own block, adding its product in
   place (``addmm_``) onto the peers' pieces, each waited for by its flag (:mod:`iris.ops.signals`) just
@@ -70,8 +69,7 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
     GEMM starts once its rows from every rank have landed. Each product element is one GEMM's fp32 sum over the
     whole K, rounded once, as ``torch.matmul`` of the gathered A gives it. (Splitting a piece's K into per-shard
     terms started sooner, but rounded each term to ``out``'s dtype: 2-4 bf16 ulps off where terms cancel.) So
-    the first piece waits for its rows: the rule makes it thin (:mod:`iris.ops.pieces`), and the others land
-    while it computes."""
+    the first piece waits for its rows, and the others land while it computes."""
     rank, world = ctx.cur_rank, ctx.num_ranks
     m, k_local = A_sharded.shape
     if A_sharded.stride(1) != 1 or A_sharded.stride(0) < k_local:  # the copy engines copy whole rows, apart

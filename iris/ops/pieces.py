@@ -14,8 +14,9 @@ the second without adding to the first:
 
 A sweep on 2xH200 (benchmarks/RESULTS.md, "pieces of the chunked path" at the M = 8192 shapes, 2026-11-26) set
 the rule: the pushing pipelines take 3 pieces that shrink (``growth`` 0.6), the fastest at 3 of their 6 rows and
-within 1.2% of the fastest at the others. The consuming one takes a thin first piece (``growth`` 16: 512 rows at
-M = 8192, then the rest in one GEMM), the cut that keeps the exposed wait short now that its first piece waits.
+within 1.2% of the fastest at the others. For the consuming one, whose first piece waits for its rows, a second
+sweep (all six shapes) found 2 even pieces within 1.2% of the fastest cut at every shape (a thin first piece,
+``growth`` 4 or 16, was up to 4% slower at M = 2048): it keeps 2 even pieces.
 ``FusedConfig(growth=...)`` cuts any call so, and ``tests/gpu/sweep_pieces.sh`` times the cuts against each
 other.
 
@@ -44,8 +45,8 @@ ALIGN = 128  # piece boundaries fall on whole 128-row tiles where the sizes are 
 # At M = 8192, 8 pieces were at most 2% faster than 4 (within the run-to-run noise), so at most 4;
 # matmul_reduce_scatter and all_gather_matmul were fastest in 2 pieces at all 6 shapes (one tie), by up to 9% and
 # 10%: at most 2 for them. (Measured when all_gather_matmul's first piece split K into per-shard terms; letting
-# it wait for its rows in up to 4 even pieces was 1.13x S at (M, N, K) = (2048, 28672, 8192): an even first
-# piece's rows are a long wait. Its first piece waits now, and is thin: see GROWTH.) The pushing pipelines,
+# it wait for its rows in up to 4 even pieces was 1.13x S at (M, N, K) = (2048, 28672, 8192). Its first piece
+# waits now, for accuracy, and 2 even pieces were still within 1.2% of the best cut: see the module doc.) The pushing pipelines,
 # matmul_all_gather and matmul_all_reduce, at most 3: 3 shrinking pieces beat 4 even ones at 5 of the 6 M = 8192
 # rows of the 2026-11-26 sweep, by 0.6-7% (and were 1% slower at the sixth). (At M = 2048 every op's block is 1024
 # rows or fewer: 2 even pieces, whatever these say.)
@@ -53,7 +54,7 @@ DEFAULT_MAX_PIECES = 4
 MAX_PIECES = {"matmul_reduce_scatter": 2, "all_gather_matmul": 2, "matmul_all_gather": 3, "matmul_all_reduce": 3}
 # Each piece's rows over the previous piece's, by op (see the module doc): the last transfer of a pushing
 # pipeline, the one nothing hides, made short.
-GROWTH = {"matmul_all_gather": 0.6, "matmul_all_reduce": 0.6, "matmul_reduce_scatter": 1.0, "all_gather_matmul": 16.0}
+GROWTH = {"matmul_all_gather": 0.6, "matmul_all_reduce": 0.6, "matmul_reduce_scatter": 1.0, "all_gather_matmul": 1.0}
 
 
 def count(op: str, rows: int, columns: int) -> int:
