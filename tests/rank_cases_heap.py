@@ -268,3 +268,23 @@ def heap_larger_than_dev_shm():
     with pytest.raises(MemoryError, match="smaller heap_size") as info:
         iris.iris("100TiB", backend="cpu")
     return str(info.value)
+
+
+def dropped_heaps_are_freed(count: int = 10):
+    """``count`` contexts in a row, each heap an eighth of the GPU's free memory (shared by the ranks on it),
+    each dropped while still in a reference cycle, as a test or a notebook drops one: more than the GPU holds at
+    once unless the dropped heaps are freed before each new one. Returns the heap size used."""
+    import torch.distributed as dist
+
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+    free = torch.tensor([torch.cuda.mem_get_info()[0] if device is not None else 1 << 30], dtype=torch.int64)
+    dist.all_reduce(free, op=dist.ReduceOp.MIN)  # every rank asks for the same size
+    sharing = max(1, int(os.environ["WORLD_SIZE"]) // max(1, torch.cuda.device_count())) if device else 1
+    size = int(free.item()) // (8 * sharing) // (1 << 20) << 20
+    for _ in range(count):
+        ctx = iris.iris(size, backend=BACKEND)
+        ctx.zeros(1024)
+        cycle = [ctx]
+        cycle.append(cycle)  # alive until the collector runs
+        del ctx, cycle
+    return {"size": size}

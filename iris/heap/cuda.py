@@ -15,6 +15,8 @@ device(type='cuda', index=1)
 
 from __future__ import annotations
 
+import gc
+
 import torch
 
 from ..backend import gpu_for_rank
@@ -51,6 +53,8 @@ class _DeviceBuffer:
 class CudaHeapMemory:
     """Every rank's heap as seen from this process. Collective: every rank constructs it together."""
 
+    _made = False  # a heap was made in this process before: a dropped one may still hold its memory
+
     def __init__(self, size: int, group):
         rt = _runtime()
         self.rank = group.rank
@@ -59,6 +63,16 @@ class CudaHeapMemory:
         self.device = torch.device("cuda", self.device_id)
         torch.cuda.set_device(self.device)
         _check(rt.cudaSetDevice(self.device_id), "cudaSetDevice", self.rank)
+        if CudaHeapMemory._made:
+            # A context a program dropped is often still alive in a reference cycle (the context, its ops and
+            # ccl namespaces, their workspaces) until Python's collector runs, which GPU memory does not
+            # trigger: upstream's tests make an 8 GiB heap per test, and on an 80 GiB H100 one failed its
+            # cudaMalloc with the dropped heaps not yet freed. So collect first, on every rank, then meet (the
+            # device set above: NCCL's barrier runs there): a peer's mapping of a dropped heap
+            # (cudaIpcOpenMemHandle) holds its memory until that peer closes it.
+            gc.collect()
+            group.barrier()
+        CudaHeapMemory._made = True
         try:
             own = _check(rt.cudaMalloc(size), f"cudaMalloc of a {size}-byte heap", self.rank)
         except RuntimeError as err:
