@@ -58,7 +58,8 @@ SMALL_SHAPES = [(256, 512, 512), (1024, 2048, 1024)]
 OPS = ("matmul_all_reduce", "all_gather_matmul", "matmul_all_gather", "matmul_reduce_scatter")
 CALLS = 2  # calls per captured graph
 TIMED_MS = 100.0  # replays per measurement: about this long (the ops take 0.2-6 ms)
-ROUNDS = 5  # measurements of each callable, in rotated order (see measure_case); 3 left 2-5% between repeats at M = 8192
+# Measurements of each callable, in rotated order (see measure_case); 3 left 2-5% between repeats at M = 8192.
+ROUNDS = 5
 HOST_CALLS = 30  # calls timed for the host path alone
 
 

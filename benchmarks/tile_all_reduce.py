@@ -232,8 +232,8 @@ def sweep_table(rows, world: int) -> str:
              "follows it.", "", "| M = N = K | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
     for row in rows:
         t = row["timings"]
-        lines.append(f"| {row['size']} | " + " | ".join(f"{t[l + ' gemm']:.0f} / {t[l + ' one_shot']:.0f}"
-                                                          for l in labels) + " |")
+        lines.append(f"| {row['size']} | " + " | ".join(f"{t[label + ' gemm']:.0f} / {t[label + ' one_shot']:.0f}"
+                                                          for label in labels) + " |")
     return "\n".join(lines)
 
 

@@ -44,12 +44,12 @@ PIECE_ROWS, PIECE_ELEMENTS = 512, 4 << 20
 ALIGN = 128  # piece boundaries fall on whole 128-row tiles where the sizes are not even
 # At M = 8192, 8 pieces were at most 2% faster than 4 (within the run-to-run noise), so at most 4;
 # matmul_reduce_scatter and all_gather_matmul were fastest in 2 pieces at all 6 shapes (one tie), by up to 9% and
-# 10%: at most 2 for them. (Measured when all_gather_matmul's first piece split K into per-shard terms; letting
-# it wait for its rows in up to 4 even pieces was 1.13x S at (M, N, K) = (2048, 28672, 8192). Its first piece
-# waits now, for accuracy, and 2 even pieces were still within 1.2% of the best cut: see the module doc.) The pushing pipelines,
-# matmul_all_gather and matmul_all_reduce, at most 3: 3 shrinking pieces beat 4 even ones at 5 of the 6 M = 8192
-# rows of the 2026-11-26 sweep, by 0.6-7% (and were 1% slower at the sixth). (At M = 2048 every op's block is 1024
-# rows or fewer: 2 even pieces, whatever these say.)
+# 10%: at most 2 for them. (Measured when all_gather_matmul's first piece split K into per-shard terms; letting it
+# wait for its rows in up to 4 even pieces was 1.13x S at (M, N, K) = (2048, 28672, 8192). Its first piece waits
+# now, for accuracy, and 2 even pieces were still within 1.2% of the best cut: see the module doc.) The pushing
+# pipelines, matmul_all_gather and matmul_all_reduce, at most 3: 3 shrinking pieces beat 4 even ones at 5 of the
+# 6 M = 8192 rows of the 2026-11-26 sweep, by 0.6-7% (and were 1% slower at the sixth). (At M = 2048 every op's block is
+# 1024 rows or fewer: 2 even pieces, whatever these say.)
 DEFAULT_MAX_PIECES = 4
 MAX_PIECES = {"matmul_reduce_scatter": 2, "all_gather_matmul": 2, "matmul_all_gather": 3, "matmul_all_reduce": 3}
 # Each piece's rows over the previous piece's, by op (see the module doc): the last transfer of a pushing
