@@ -88,14 +88,13 @@ class Workspace(Work):
         """
         name = ".".join(str(part) for part in key[:2])
         world = ctx.num_ranks if members is None else members.size
+        # A fast rank's first call may signal (or add into) a slow rank's new flags and scratch: ctx.zeros returns
+        # only once every rank has zeroed its copy, so no barrier is needed here.
         flags = ctx.zeros(slots, world, programs, dtype=torch.int32, name=f"ccl.{name}.flags")
         epochs = torch.zeros(programs, dtype=torch.int32, device=ctx.device)
         buffer = None
         if scratch is not None:
             buffer = ctx.zeros(scratch[0], dtype=scratch[1], name=f"ccl.{name}.scratch")
-        # A fast rank's first call may signal (or add into) a slow rank's new flags and scratch: not before
-        # the slow rank has zeroed them.
-        ctx.barrier()
         return cls(ctx, key, programs, flags, epochs, buffer, group=None if members is None else members.group)
 
 
