@@ -84,7 +84,9 @@ def all_reduce_every_variant(shapes, block_size, calls=2):
     for shape in map(tuple, shapes):
         for dtype in DTYPES:
             for variant in (*ALL_REDUCE_VARIANTS, None):
-                config = Config(all_reduce_variant=variant, block_size=block_size)
+                # spinlock's tiles (one lock each) are block_size_m x block_size_n: as many elements as block_size
+                config = Config(all_reduce_variant=variant, block_size=block_size, block_size_m=1,
+                                block_size_n=block_size)
                 inp, out = ctx.zeros(shape, dtype=dtype), ctx.zeros(shape, dtype=dtype)
                 workspace = None
                 for call in range(calls):
@@ -113,6 +115,30 @@ def all_reduce_every_variant(shapes, block_size, calls=2):
                     checked += 1
                 ctx.barrier()
     return {"rank": r, "checked": checked, "variant_of_1KiB": iris.ccl.choose_variant(1024, world)}
+
+
+def spinlock_locks_per_tile(n=1000):
+    """The spinlock all-reduce's workspace holds one lock per tile of the tiles it was prepared for: a call with
+    larger tiles reuses it, one with smaller tiles (more of them) is refused with upstream's words, on every
+    rank (no hang), and the workspace still serves the calls it fits afterwards."""
+    ctx = _ctx()
+    r, world = ctx.cur_rank, ctx.num_ranks
+    inp, out = ctx.zeros(n, dtype=torch.float32), ctx.zeros(n, dtype=torch.float32)
+    small, large = (Config(all_reduce_variant="spinlock", block_size_m=m, block_size_n=16) for m in (2, 8))
+    workspace = iris.ccl.all_reduce_preamble(out, inp, ctx, config=small)  # 32 locks: ceil(1000 / 32)
+    for call, config in enumerate((large, small)):
+        _fill(ctx, inp, r, call)
+        ctx.barrier()
+        if ctx.ccl.all_reduce(out, inp, config=config, workspace=workspace) is not workspace:
+            raise AssertionError(f"call {call}: a workspace with enough locks was not reused")
+        ctx.barrier()
+        _check_close(f"spinlock call {call}", out, _sum_reference(world, call, (n,), torch.float32), torch.float32,
+                     world)
+    prepared_large = iris.ccl.all_reduce_preamble(out, inp, ctx, config=large)  # 8 locks
+    message = _raises(ValueError, "Lock array too small: have 8 but need 32",
+                      lambda: ctx.ccl.all_reduce(out, inp, config=small, workspace=prepared_large))
+    ctx.barrier()
+    return {"rank": r, "message": message}
 
 
 def back_to_back(numel, calls, block_size=None):

@@ -70,8 +70,13 @@ def test_size_rule_and_reduce_scatter_ownership():
 @pytest.mark.parametrize("world", [2, 3])
 def test_all_reduce_every_variant_dtype_and_odd_shape(world):
     results = run_ranks(world, f"{CASES}:all_reduce_every_variant", ODD_SHAPES, 32, timeout=240)
-    # per shape: 3 dtypes x (5 variants x 2 calls + 3 in place)
-    assert all(r["checked"] == len(ODD_SHAPES) * 3 * 13 for r in results)
+    # per shape: 3 dtypes x (6 variants x 2 calls + 4 in place)
+    assert all(r["checked"] == len(ODD_SHAPES) * 3 * 16 for r in results)
+
+
+def test_spinlock_all_reduce_has_a_lock_per_tile_and_refuses_too_few():
+    results = run_ranks(2, f"{CASES}:spinlock_locks_per_tile", timeout=120)
+    assert all(f"rank {r['rank']}: Lock array too small" in r["message"] for r in results), results
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -377,7 +377,6 @@ def test_fused_config_has_upstreams_fields_and_defaults():
 
 
 @pytest.mark.parametrize("fields, error, message", [
-    ({"all_reduce_variant": "spinlock"}, NotImplementedError, "'spinlock' is upstream's fused kernel"),
     ({"all_reduce_variant": "tree"}, ValueError, "all_reduce_variant 'tree': use one of 'one_shot'"),
     ({"block_size_m": 0}, ValueError, "block_size_m must be an int >= 1, got 0"),
     ({"num_xcds": True}, ValueError, "num_xcds must be an int >= 1, got True"),

@@ -1,6 +1,6 @@
 """all_reduce: every rank's output becomes the elementwise sum of every rank's input.
 
-Four algorithms, all over flat blocks of the flattened tensors, summing in float32:
+Five algorithms, all over flat blocks of the flattened tensors, summing in float32:
 
 * ``one_shot``: each rank writes its input into every peer's inbox, one flag exchange, then sums the
   inboxes locally (:mod:`iris.ccl.inbox`). (world - 1) x the data written per rank, as posted stores, and a
@@ -15,6 +15,11 @@ Four algorithms, all over flat blocks of the flattened tensors, summing in float
   each converts its accumulator into its output and zeroes it. One flag exchange; the accumulators are
   double-buffered by call parity, so a call never waits for peers to finish reading. Remote float atomics
   are slower than loads and stores: there for comparison and upstream parity.
+* ``spinlock``: as atomic, but each rank adds its tile into a peer's accumulator with plain loads and stores
+  under that peer's lock for the tile (compare-and-swap, acquire; exchange back, release): upstream's
+  "atomic add by a lock per tile". Tiles are ``block_size_m x block_size_n`` elements (upstream's tile,
+  flattened), one lock each; a workspace holds locks for the tiles it was prepared for, and a call that
+  needs more is refused ("Lock array too small"), as upstream: prepare it with the smallest tiles you use.
 
 Size rule (``Config(all_reduce_variant=None)``, :func:`choose_variant`): one_shot while the bytes each rank
 writes, ``nbytes * (world - 1)``, are at most 4 MiB; above, ring from 16 MiB on 4 ranks or more, else two_shot.
@@ -37,7 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .config import Config, refuse_gluon
+from .config import MIN_BLOCK, Config, refuse_gluon
 from .fast_path import call_key, launch, replay
 from .groups import GroupContext, Members, members
 from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
@@ -48,7 +53,7 @@ from .sync import exchange, flag_of, signal, wait_for
 from .workspace import Workspace, reuse_or_allocate
 
 RING_FROM_BYTES, RING_FROM_WORLD = 16 << 20, 4  # ring for large tensors on 4 ranks or more, else two_shot
-IN_PLACE_VARIANTS = ("one_shot", "two_shot", "atomic")
+IN_PLACE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock")
 ADDED = tl.constexpr(0)  # atomic's flag slot
 
 
@@ -168,6 +173,14 @@ def atomic_kernel(context, inp, out, accumulators, flags, epochs, n, rank: tl.co
             tl.atomic_add(ctx.as_remote(acc + offs, peer, mask, HINT), value, mask=mask, sem="relaxed",
                           scope="sys")
     exchange(ctx, flags, ADDED, epoch, pid, num_programs)
+    take_sums(acc, out, n, pid, num_programs, BLOCK)
+    tl.store(epochs + pid, epoch)
+
+
+@triton.jit
+def take_sums(acc, out, n, pid, num_programs, BLOCK: tl.constexpr):
+    """Once every rank's program ``pid`` has added its blocks (the flags exchanged): this rank's float32 sums of
+    those blocks into ``out``, the accumulator zeroed for the call after next."""
     for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
         offs = block * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
@@ -178,6 +191,35 @@ def atomic_kernel(context, inp, out, accumulators, flags, epochs, n, rank: tl.co
         total = tl.atomic_add(acc + offs, zeros, mask=mask, sem="acquire", scope="sys")
         tl.store(out + offs, total.to(out.dtype.element_ty), mask=mask)
         tl.store(acc + offs, zeros, mask=mask)
+
+
+# ---------------------------------------------------------------------------------------------- spinlock
+
+@triton.jit
+def spinlock_kernel(context, inp, out, accumulators, locks, flags, epochs, n, rank: tl.constexpr,
+                    world: tl.constexpr, rank_start: tl.constexpr, rank_stride: tl.constexpr,
+                    num_ranks: tl.constexpr, TILE: tl.constexpr, HINT: tl.constexpr):
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    epoch = tl.load(epochs + pid) + 1
+    acc = accumulators + (epoch % 2) * n  # double-buffered by call parity, as atomic's
+    for tile in range(pid, tl.cdiv(n, TILE), num_programs):
+        offs = tile * TILE + tl.arange(0, TILE)
+        mask = offs < n
+        value = tl.load(inp + offs, mask=mask).to(tl.float32)
+        for i in tl.static_range(world):
+            peer = (rank + i) % world  # each rank starts at another peer's lock
+            lock = ctx.as_remote(locks + tile, peer)
+            while tl.atomic_cas(lock, 0, 1, sem="acquire", scope="sys") != 0:
+                pass
+            tl.debug_barrier()  # on a GPU: no thread reads the tile before the lock is held
+            sums = ctx.as_remote(acc + offs, peer, mask, HINT)
+            tl.store(sums, tl.load(sums, mask=mask) + value, mask=mask)
+            tl.debug_barrier()  # on a GPU: every thread's store comes before the release
+            tl.atomic_xchg(lock, 0, sem="release", scope="sys")
+    exchange(ctx, flags, ADDED, epoch, pid, num_programs)
+    take_sums(acc, out, n, pid, num_programs, TILE)  # the tiles every rank's program pid added: by tile, not BLOCK
     tl.store(epochs + pid, epoch)
 
 
@@ -200,6 +242,10 @@ def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace
         grid = launch_shape(ctx, input_tensor, config, world)
     elif variant == "ring":
         grid = programs(ctx, config, cdiv(chunk_size(n, world), block))
+    elif variant == "spinlock":
+        # Every program the backend keeps resident, whatever the tiles: the flags are laid out by program, so a
+        # workspace prepared for other tiles still fits the grid, and only its count of locks can fall short.
+        grid = programs(ctx, config, n)
     else:
         grid = programs(ctx, config, cdiv(n, block))
     key = ("all_reduce", variant, n, input_tensor.dtype, grid, block, group_of_call.key)
@@ -209,8 +255,30 @@ def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace
         return reuse_or_allocate(ctx, workspace, key, grid, TWO_SHOT_SLOTS, members=group_of_call)
     if variant == "ring":  # scratch: partial sums
         return reuse_or_allocate(ctx, workspace, key, grid, 2 * world - 1, (n, input_tensor.dtype), group_of_call)
+    if variant == "spinlock":  # two accumulators, then one lock per tile (int32 over float32's 4 bytes)
+        return reuse_or_allocate(ctx, workspace, key, grid, 1, (2 * n + spinlock_tiles(n, config), torch.float32),
+                                 group_of_call)
     # atomic: two accumulators
     return reuse_or_allocate(ctx, workspace, key, grid, 1, (2 * n, torch.float32), group_of_call)
+
+
+def spinlock_tiles(n: int, config: Config) -> int:
+    """Tiles (one lock each) of the spinlock variant over ``n`` elements: upstream's ``block_size_m x
+    block_size_n`` tile, flattened."""
+    return cdiv(n, config.block_size_m * config.block_size_n)
+
+
+def spinlock_locks(ctx, workspace: Workspace, n: int, config: Config) -> torch.Tensor:
+    """The workspace's locks (after its two accumulators), refused where this call's tiles outnumber them: a
+    workspace prepared for larger tiles (upstream's check and words)."""
+    locks = workspace.scratch[2 * n:].view(torch.int32)
+    tiles = spinlock_tiles(n, config)
+    if locks.numel() < tiles:
+        raise ValueError(f"rank {ctx.cur_rank}: Lock array too small: have {locks.numel()} but need {tiles} (tiles of "
+                         f"block_size_m x block_size_n = {config.block_size_m} x {config.block_size_n} elements). "
+                         "Prepare the workspace (all_reduce_preamble) with the smallest block sizes you intend to "
+                         "use, or pass no workspace")
+    return locks
 
 
 def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=False, config=None,
@@ -279,6 +347,12 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
         launch(*recorded, ring_kernel, grid, ctx.get_device_context(), input_tensor, output_tensor,
                workspace.scratch, workspace.flags, workspace.epochs, n, chunk_size(n, world), WAIT_DONE=wait_done,
                HINT=hint((input_tensor, 0), (output_tensor, 0), (workspace.scratch, 0)), **common)
+    elif variant == "spinlock":
+        tile = config.block_size_m * config.block_size_n
+        launch(*recorded, spinlock_kernel, grid, ctx.get_device_context(), input_tensor, output_tensor,
+               workspace.scratch, spinlock_locks(ctx, workspace, n, config), workspace.flags, workspace.epochs, n,
+               TILE=tile, HINT=hint((workspace.scratch, 0), (workspace.scratch, n)) if tile >= MIN_BLOCK else None,
+               **group_of_call.kernel_args(), num_warps=config.num_warps)
     else:
         launch(*recorded, atomic_kernel, grid, ctx.get_device_context(), input_tensor, output_tensor,
                workspace.scratch, workspace.flags, workspace.epochs, n,

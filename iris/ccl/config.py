@@ -18,7 +18,7 @@ from enum import IntEnum
 
 from triton.language import TRITON_MAX_TENSOR_NUMEL
 
-ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "ring", "atomic")
+ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "ring", "atomic", "spinlock")
 ALL_GATHER_VARIANTS = ("push", "pull")
 UPSTREAM_ALL_GATHER_VARIANTS = ("persistent", "partitioned")  # upstream's tiled kernels: accepted, picked by size
 MIN_BLOCK = 16  # remote accesses are hinted 16-aligned
@@ -57,14 +57,15 @@ class Config:
 
     Parameters
     ----------
-    all_reduce_variant : {None, "one_shot", "two_shot", "ring", "atomic"}
+    all_reduce_variant : {None, "one_shot", "two_shot", "ring", "atomic", "spinlock"}
         None picks by size (see :func:`iris.ccl.all_reduce.choose_variant`).
     block_size : int, optional
         Elements one program moves per step of the flat (1-D) kernels: a power of two from 16 (the 16-element
         alignment of remote accesses) to 2**20 (Triton's largest block), as the kernels' ``tl.arange`` needs.
         Default: 4096 on a GPU, 1024 on the CPU interpreter (whose cost is per operation, not per element).
     block_size_m, block_size_n : int
-        Tile of the 2-D all_to_all kernel, powers of two whose product is at most 2**20. all_gather's kernels,
+        Tile of the 2-D all_to_all kernel, and the tile (flattened: ``block_size_m * block_size_n`` elements,
+        one lock each) of the spinlock all-reduce; powers of two whose product is at most 2**20. all_gather's kernels,
         Gluon's too, move flat blocks of ``block_size`` (upstream's Gluon all_gather tiles by these instead).
     comm_sms : int, optional
         Most programs a collective launches. Kernels wait on other ranks, so every program must be resident

@@ -37,7 +37,11 @@ class CCL:
     @staticmethod
     def _key(collective: str, config: Config | None, group) -> tuple:
         field = VARIANT_FIELDS.get(collective)
-        return collective, getattr(config, field) if field and config is not None else None, group_ranks(group)
+        variant = getattr(config, field) if field and config is not None else None
+        # The spinlock all-reduce's workspace has a lock per tile: one kept for larger tiles has too few for
+        # smaller ones (refused when passed in), so each tile size keeps its own.
+        tile = config.block_size_m * config.block_size_n if variant == "spinlock" else None
+        return collective, variant, tile, group_ranks(group)
 
     def _cached(self, collective: str, config: Config | None, group=None) -> Workspace | None:
         return self._workspaces.get(self._key(collective, config, group))

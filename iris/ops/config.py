@@ -42,11 +42,12 @@ class FusedConfig:
     allow_tf32 : bool
         Upstream's TF32 switch for its float32 ``tl.dot``; without effect here: float32 GEMMs follow torch's
         ``torch.backends.cuda.matmul.allow_tf32``.
-    all_reduce_variant : {None, "atomic", "ring", "one_shot", "two_shot"}
+    all_reduce_variant : {None, "atomic", "ring", "one_shot", "two_shot", "spinlock"}
         matmul_all_reduce's all-reduce algorithm: :func:`iris.ccl.all_reduce`'s variant of that name, run after
         the GEMM on the sequential path (a named variant makes ``variant="auto"`` take it). None (ours; upstream's
-        default is ``"two_shot"``): chosen by size, or the chunked path's own reduction on GPUs. Upstream's
-        ``"spinlock"`` (tiles added under a lock inside its fused kernel) has no counterpart here and is refused.
+        default is ``"two_shot"``): chosen by size, or the chunked path's own reduction on GPUs. ``"spinlock"``
+        adds under a lock per tile as upstream's does, but after the GEMM (iris.ccl's spinlock all-reduce), not
+        inside one fused kernel.
     all_reduce_num_rings : int
         Upstream's concurrent rings of its ring variant; checked, without effect here.
     chunks : int or None
@@ -96,11 +97,6 @@ class FusedConfig:
                 "'sequential' or 'chunked'")
         if self.variant not in VARIANTS:
             raise ValueError(f"FusedConfig variant {self.variant!r}: use one of {', '.join(map(repr, VARIANTS))}")
-        if self.all_reduce_variant == "spinlock":
-            raise NotImplementedError(
-                "FusedConfig all_reduce_variant 'spinlock' is upstream's fused kernel adding tiles under a lock; "
-                f"there is no such kernel here: use one of {', '.join(map(repr, ALL_REDUCE_VARIANTS))} (iris.ccl's "
-                "all-reduce algorithms) or None (chosen by size)")
         if self.all_reduce_variant not in (None, *ALL_REDUCE_VARIANTS):
             raise ValueError(f"FusedConfig all_reduce_variant {self.all_reduce_variant!r}: use one of "
                              f"{', '.join(map(repr, ALL_REDUCE_VARIANTS))} or None (chosen by size)")
