@@ -100,7 +100,10 @@ def test_widgets_render_in_jupyterlab(tmp_path):
 def check_page(page) -> None:
     assert page.locator("[data-mime-type='application/vnd.jupyter.error']").count() == 0, "a cell raised"
 
-    views = page.locator(".iris-buffer-view")
+    # Each view's static twin is in the page, hidden by its widget: one picture per view, not two.
+    twins = page.locator(".iris-static")
+    assert twins.count() >= 4 and not [i for i in range(twins.count()) if twins.nth(i).is_visible()]
+    views = page.locator(".iris-buffer-view >> visible=true")
     assert views.count() == 2, "field and small; the --show cell must refresh field's view, not show another"
     field, small = views.nth(0), views.nth(1)
     field.screenshot(path=ARTIFACTS / "buffer-view-field.png")
@@ -115,7 +118,7 @@ def check_page(page) -> None:
     assert "changed" in field.inner_text() and "800 of 12288 elements changed" in field.inner_text()
     assert small.locator("table.iris-values tr").count() == 3  # header + a row per rank
 
-    heap = page.locator(".iris-heap-inspector")
+    heap = page.locator(".iris-heap-inspector >> visible=true")
     heap.screenshot(path=ARTIFACTS / "heap-inspector.png")
     ranks = heap.locator(".iris-heap-rank")
     assert ranks.count() == 2
@@ -125,7 +128,7 @@ def check_page(page) -> None:
         assert zoomed.count() == 2 and zoomed.first.bounding_box()["width"] > 100
         assert zoomed.all_inner_texts()[0] == "field"
 
-    remote = page.locator(".iris-remote-view")
+    remote = page.locator(".iris-remote-view >> visible=true")
     remote.screenshot(path=ARTIFACTS / "remote-view.png")
     images = remote.locator(".iris-rank-panel img")
     assert images.count() == 3  # rank 1's own, then ranks 0 and 1 through as_remote

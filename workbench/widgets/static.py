@@ -1,11 +1,15 @@
 """The static form of a view: what an output shows where no widget manager draws the live widget.
 
-A view's output holds three forms (:meth:`StaticForm._repr_mimebundle_`): the widget
-(``application/vnd.jupyter.widget-view+json``), static HTML and a one-line ``text/plain``. A frontend shows
-the first form it can: JupyterLab and Notebook with a kernel, the widget; nbconvert's HTML, nbviewer and
-GitHub, the HTML (nbconvert skips the widget when the notebook holds no widget state for it, and the
-headless main job stores none: see :mod:`workbench.tutorials`); so do JupyterLab opening an untrusted
-notebook (its widget renderer is not "safe") and VS Code without the widget manager.
+A view has three forms (:meth:`StaticForm._repr_mimebundle_`): the widget
+(``application/vnd.jupyter.widget-view+json``), static HTML and a one-line ``text/plain``. Displayed, it
+makes two outputs (:meth:`StaticForm._ipython_display_`): the static HTML on its own (its *twin*, in a
+``div`` of classes ``iris-static`` and the view's display id), then the widget with its ``text/plain``.
+Where the widget is drawn (JupyterLab, Notebook and VS Code with a kernel, or a page whose widget script
+loaded) the view hides its twin: it carries a hidden ``HTML`` child holding a ``<style>`` rule for the
+twin's class, and a rule applies to the whole page once the widget is on it. Where it is not drawn
+(nbconvert's HTML opened offline, even with the widget state that ``nbconvert --execute`` stores; GitHub;
+nbviewer; the documentation site; JupyterLab opening an untrusted notebook) nothing hides the twin, and the
+widget's output shows at most its one line. One picture per view, everywhere.
 
 The HTML is built from the widget's own children, so nothing is drawn twice: the values of its ``HTML``
 widgets (headers, captions, tables, heap bars) and its images as base64 PNGs, laid out as the boxes lay them
@@ -27,13 +31,15 @@ import uuid
 import ipywidgets as widgets
 from IPython.display import display, update_display
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # Layout traits that shape the static form as they shape the widget (trait name -> CSS property).
 LAYOUT_CSS = {"margin": "margin", "width": "width", "max_width": "max-width", "flex_flow": "flex-flow"}
 
 
 class StaticForm:
-    """Mixin for a view (an ipywidgets box): its output carries a static form beside the widget, and
-    :meth:`update_displays` redraws that form after :mod:`~workbench.widgets.registry` refreshed the view.
+    """Mixin for a view (an ipywidgets box): displayed, it makes its static twin and its widget (see the
+    module's docstring), and :meth:`update_displays` redraws the twin after
+    :mod:`~workbench.widgets.registry` refreshed the view.
 
     A view defines :meth:`summary`, its ``text/plain``. Put the mixin before the widget class:
     ``class BufferView(StaticForm, widgets.VBox)``.
@@ -47,7 +53,7 @@ class StaticForm:
     "BufferView of 'x' on 2 ranks, float32[1024]"
     """
 
-    display_id: str | None = None  # set once the view is displayed
+    display_id: str | None = None  # set once the view is displayed; also the class of its twin
 
     def summary(self) -> str:
         """One line saying what the view shows (its ``text/plain``)."""
@@ -58,21 +64,47 @@ class StaticForm:
         return {**bundle, "text/plain": self.summary(), "text/html": static_html(self)}
 
     def _ipython_display_(self) -> None:
-        # Every display (display(view), a view as a cell's last value) goes out under the view's display id,
-        # so that update_displays can reach each output that shows it.
-        self.display_id = self.display_id or f"iris-view-{uuid.uuid4().hex}"
-        display(self._repr_mimebundle_(), raw=True, display_id=self.display_id)
+        # Every display (display(view), a view as a cell's last value) makes the twin under the view's
+        # display id, so that update_displays reaches each twin; the widget's output needs no update (its
+        # model changes and every view of it redraws).
+        if self.display_id is None:
+            self.display_id = f"iris-view-{uuid.uuid4().hex}"
+            self.children = (*self.children, twin_hider(self.display_id))
+        bundle = self._repr_mimebundle_()
+        display(static_twin(bundle["text/html"], self.display_id), raw=True, display_id=self.display_id)
+        display({WIDGET_VIEW: bundle[WIDGET_VIEW], "text/plain": bundle["text/plain"]}, raw=True)
 
     def update_displays(self) -> None:
-        """Send the outputs showing this view its current bundle, so that their static form (what a saved
-        notebook keeps) follows the widget; nothing when the view was never displayed on its own.
-
-        JupyterLab answers by drawing a fresh view of the same widget model in place of the old one: the
-        view's settings live in the model, so they stay. Hence :mod:`~workbench.widgets.registry` calls this
-        after a cell refreshed the view, not on every toggle or slider move.
-        """
+        """Send the twins of this view its current static HTML, so that what a saved notebook shows
+        without a widget manager follows the widget; nothing when the view was never displayed on its own."""
         if self.display_id is not None:
-            update_display(self._repr_mimebundle_(), raw=True, display_id=self.display_id)
+            update_display(static_twin(static_html(self), self.display_id), raw=True, display_id=self.display_id)
+
+
+def static_twin(static: str, twin_class: str) -> dict:
+    """The output bundle of a view's twin: its static HTML in a ``div`` that :func:`twin_hider` can hide.
+
+    Examples
+    --------
+    >>> static_twin("<b>x</b>", "iris-view-1")
+    {'text/html': '<div class="iris-static iris-view-1"><b>x</b></div>'}
+    """
+    return {"text/html": f'<div class="iris-static {twin_class}">{static}</div>'}
+
+
+def twin_hider(twin_class: str) -> widgets.HTML:
+    """A hidden ``HTML`` widget whose ``<style>`` hides the twin of class ``twin_class`` and, in JupyterLab
+    and nbconvert's pages, the output row around it (so no empty row is left): drawn only where the widget
+    is, it hides the twin exactly where the widget stands in for it. A ``<style>`` applies while it is in
+    the page, shown or not; ipywidgets sets an ``HTML`` widget's value unsanitized (its kernel is trusted).
+
+    Examples
+    --------
+    >>> twin_hider("iris-view-1").value
+    '<style>.iris-view-1, .jp-OutputArea-child:has(.iris-view-1) { display: none !important; }</style>'
+    """
+    rule = f".{twin_class}, .jp-OutputArea-child:has(.{twin_class}) {{ display: none !important; }}"
+    return widgets.HTML(f"<style>{rule}</style>", layout=widgets.Layout(display="none"))
 
 
 def static_html(widget: widgets.Widget) -> str:
