@@ -1,19 +1,36 @@
 """The tutorials run top to bottom, as a newcomer would run them: a real Jupyter kernel, the backend iris picks.
 
-Each lesson starts and stops its own ranks; a failing cell fails the test with the cell's output.
+Each lesson runs both ways in one kernel (:func:`workbench.exercises.execute_lesson`): its exercise's check as the
+student gets it (the skeleton: the check fails, saying what it expected and where to look), then with the solution
+in (every cell passes). Running the student's way costs one skeleton cell and one check more, not a second run of
+the lesson. The executed lesson is kept in ``.cache/executed/<stem>.ipynb`` for the docs build, which then does
+not run it again (the hand-off H15 and H16 agreed on).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9]*.ipynb"))
+from workbench.exercises import (  # noqa: E402  (after the importorskips: nbformat is optional)
+    ExerciseNotSolved,
+    LessonFailed,
+    exercise_cells,
+    execute_lesson,
+    solution_source,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+EXECUTED = ROOT / ".cache" / "executed"
 
 
 def test_there_are_lessons():
@@ -27,12 +44,71 @@ def test_stored_without_outputs(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_lesson_runs_top_to_bottom(path, tmp_path, no_heap_files_left_behind):
+def test_exercise_is_a_skeleton_and_its_solution_is_out_of_sight(path):
+    """The part to write is marked; the solution is in notebooks/solutions/, not in the lesson, and the cell
+    that loads it is folded on the docs site (myst-nb's hide-output)."""
     notebook = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(
-        notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}},
-    )
+    check_at, solution_at = exercise_cells(notebook)
+    skeleton = next(cell for cell in notebook.cells if "exercise" in cell.metadata.get("tags", []))
+    assert "# YOUR CODE HERE" in skeleton.source
+    key = path.name[:2]
+    assert notebook.cells[solution_at].source == f"%iris solution {key}"
+    assert "hide-output" in notebook.cells[solution_at].metadata["tags"]
+    solution = solution_source(key)
+    assert solution.startswith("%%iris_kernel") and solution.strip() != skeleton.source.strip()
+    everything = "\n".join(cell.source for cell in notebook.cells)
+    assert "One solution" not in everything and "one solution is below" not in everything.lower()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_lesson_runs_top_to_bottom(path, tmp_path, no_heap_files_left_behind):
+    """Both ways: the student's check fails with its clear message, then everything passes with the solution in;
+    the executed lesson goes to .cache/executed/ only when all of that held (never a stale one)."""
+    saved = EXECUTED / f"{path.stem}.ipynb"
+    saved.unlink(missing_ok=True)
     try:
-        client.execute()
-    except nbclient.exceptions.CellExecutionError as error:
+        notebook, failure = execute_lesson(path, tmp_path)
+    except (nbclient.exceptions.CellExecutionError, LessonFailed) as error:
         pytest.fail(f"{path.name} failed:\n{error}", pytrace=False)
+    key = path.name[:2]
+    first, *rest = failure.splitlines()
+    assert first.startswith(f"lesson {key}'s exercise is not solved yet: ") and "expected" in first, failure
+    assert rest[0].startswith("Read: ") and f"`%iris solution {key}`" in rest[1], failure
+    check_at, _ = exercise_cells(notebook)
+    assert "exercise solved" in "".join(out.get("text", "") for out in notebook.cells[check_at].outputs)
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    partial = saved.with_name(saved.name + ".tmp")
+    nbformat.write(notebook, partial)
+    os.replace(partial, saved)
+
+
+def test_student_run_all_stops_at_the_check_and_leaves_nothing_when_the_kernel_stops(tmp_path,
+                                                                                    no_heap_files_left_behind):
+    """Run All as the student gets lesson 00: it stops at the check, with ExerciseNotSolved; the lesson's
+    ``%iris stop`` never runs, and closing the notebook (its kernel shut down) still ends every rank."""
+    notebook = nbformat.read(NOTEBOOKS[0], as_version=4)
+    check_at, _ = exercise_cells(notebook)
+    client = nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    with client.setup_kernel():
+        for index, cell in enumerate(notebook.cells[:check_at]):
+            client.execute_cell(cell, index)
+        with pytest.raises(nbclient.exceptions.CellExecutionError) as stopped:
+            client.execute_cell(notebook.cells[check_at], check_at)
+        probe = nbformat.v4.new_code_cell("print(workbench.current().local_pids())")
+        notebook.cells.append(probe)
+        client.execute_cell(probe, len(notebook.cells) - 1)
+        pids = json.loads(probe.outputs[0]["text"])
+    assert stopped.value.ename == ExerciseNotSolved.__name__, stopped.value
+    assert len(pids) >= 3  # controller, engines and their nannies
+    assert wait_gone(pids, 15) == [], "ranks left running after the notebook's kernel stopped"
+
+
+def wait_gone(pids, seconds: float) -> list[int]:
+    """The processes of ``pids`` still alive (zombies count as gone) after waiting up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)

@@ -28,6 +28,7 @@ Examples
     ...
     %iris traffic --launch 0 --need 8192   # that matrix again: one launch, beside what the operation needs
     %iris status
+    %iris solution 07              # lesson 07's exercise solution, loaded into the cell as %load does
     %iris stop
 """
 
@@ -42,7 +43,7 @@ from IPython.display import display
 
 import workbench
 
-from . import races, tracing
+from . import exercises, races, tracing
 from .cluster import BACKENDS
 from .hang_report import display_hang
 from .report import render_summaries
@@ -97,6 +98,9 @@ def _iris_parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeout", type=float, default=None, help="seconds before the ranks are interrupted")
     timeline = commands.add_parser("timeline", help="when each rank did what in the last traced cell (a widget)")
     timeline.add_argument("--save", metavar="FILE", help="also write the merged trace (Perfetto JSON) to FILE")
+    solution = commands.add_parser("solution", help="load a lesson's exercise solution into the cell, as %%load does")
+    solution.add_argument("lesson", help="the lesson's number, e.g. 07")
+    solution.add_argument("--run", action="store_true", help="run the solution instead of showing it")
     traffic = commands.add_parser("traffic", help="the bytes each rank moved at each heap in the last "
                                                   "--traffic cell (a widget)")
     traffic.add_argument("--launch", type=int, default=None, help="one launch (0: each rank's first; default: all)")
@@ -163,8 +167,12 @@ class IrisMagics(Magics):
         [--engines LAUNCHER] [--timeout S] [--check races]``, ``%iris stop``, ``%iris restart``, ``%iris status``,
         ``%iris heap``, ``%iris show NAME [--reduction mean|maxabs]``, ``%iris remote NAME --rank R``,
         ``%iris bench LABEL=EXPR ... [--flops F] [--bytes B] [--peer-bytes P] [--graph auto|on|off]``,
-        ``%iris timeline [--save FILE]``, ``%iris traffic [--launch K] [--need BYTES]``."""
+        ``%iris timeline [--save FILE]``, ``%iris traffic [--launch K] [--need BYTES]``,
+        ``%iris solution NN [--run]``."""
         args = _iris_parser().parse_args(shlex.split(line))
+        if args.command == "solution":  # needs no ranks to show; run, it uses them as any cell does
+            exercises.load_solution(self.shell, args.lesson, run=args.run)
+            return
         if args.command == "start":
             wb = workbench.start(n=args.n, backend=args.backend, heap_size=args.heap, engines=args.engines,
                                  timeout=args.timeout, check=args.check)
