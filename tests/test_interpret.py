@@ -246,6 +246,67 @@ def test_gluon_helper_from_a_module_that_imports_only_gl():
     torch.testing.assert_close(y, x + 1)
 
 
+def test_device_calls_reuse_the_launchs_triton_language_and_the_launch_restores_it():
+    # lang_once_per_launch: device functions skip re-binding triton.language inside a launch. The helper's module
+    # also sees triton.language.core, which the kernel's does not, so its first call binds that (triton's own
+    # _patch_lang, which never unbinds it: restored here by hand) and its later calls bind nothing.
+    import triton.language as tl
+    from triton.language import core
+
+    from iris.interpret import lang_once_per_launch
+
+    assert lang_once_per_launch.repatching_changes_nothing()
+    helper = register_and_exec(
+        textwrap.dedent(
+            """
+            import triton
+            import triton.language as tl
+            from triton.language import core
+
+            @triton.jit
+            def add_row_twice(acc, x_ptr, row, BLOCK: tl.constexpr):
+                for _ in core.static_range(2):
+                    acc += tl.load(x_ptr + row * BLOCK + core.arange(0, BLOCK))
+                return acc
+            """
+        ),
+        "<iris-cell-helper-seeing-core>",
+    )["add_row_twice"]
+    kernel_module = register_and_exec(
+        textwrap.dedent(
+            """
+            import triton
+            import triton.language as tl
+
+            @triton.jit
+            def sum_rows_twice(x_ptr, out_ptr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+                acc = tl.zeros([BLOCK], dtype=tl.float32)
+                for row in range(ROWS):
+                    acc = add_row_twice(acc, x_ptr, row, BLOCK)
+                    note_bindings()
+                tl.store(out_ptr + tl.arange(0, BLOCK), acc)
+            """
+        ),
+        "<iris-cell-kernel-seeing-tl>",
+    )
+    bindings = []
+    kernel_module["add_row_twice"] = helper
+    kernel_module["note_bindings"] = lambda: bindings.append((tl.dtype.to_ir, tl.range, core.arange))
+    before = (tl.dtype.to_ir, tl.range, tl.load, dict(vars(core)))
+    x = torch.randn(5, 16)
+    out = torch.zeros(16)
+    try:
+        kernel_module["sum_rows_twice"][(1,)](x, out, ROWS=5, BLOCK=16)
+    finally:
+        leaked_by_triton = {name: value for name, value in before[3].items() if vars(core).get(name) is not value}
+        for name, value in leaked_by_triton.items():
+            setattr(core, name, value)
+    torch.testing.assert_close(out, 2 * x.sum(0))
+    assert len(bindings) == 5 and len(set(bindings)) == 1  # bound once for the launch, not at each call
+    assert bindings[0][0] is not before[0] and bindings[0][2] is not before[3]["arange"]
+    assert (tl.dtype.to_ir, tl.range, tl.load) == before[:3] and tl.core.is_builtin(tl.load)
+
+
 # ---------------------------------------------------------------- not emulated
 
 

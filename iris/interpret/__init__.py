@@ -13,6 +13,8 @@ around, and why):
   :class:`UnsupportedOnInterpreter`;
 * :mod:`.device_calls`: jit helpers made before activation (``gl.sum``, ``gl.zeros``...) run interpreted;
 * :mod:`.scalar_index`: ``range(n)`` over a runtime scalar works with numpy >= 2.4 (triton 3.6 needs it);
+* :mod:`.lang_once_per_launch`: device-function calls reuse the launch's binding of ``triton.language`` instead of
+  redoing it (about half of a kernel's interpreter time);
 * :mod:`.clock`: the device clock's inline PTX reads the host's monotonic clock (device tracing);
 * :mod:`.guard`: launching a kernel decorated before activation raises a clear ``RuntimeError``;
 * :mod:`.number_min_max`: ``tl.minimum``/``tl.maximum`` of a NaN and a number give the number (triton 3.6, 3.7);
@@ -82,6 +84,7 @@ def activate():
         gluon,
         guard,
         kernel_errors,
+        lang_once_per_launch,
         launch_options,
         number_min_max,
         scalar_index,
@@ -93,8 +96,9 @@ def activate():
     # assign it too, so an earlier ``triton.knobs.runtime.interpret = False`` cannot win.
     triton.knobs.runtime.interpret = True
     # bf16 last: it wraps builder methods (minnumf...) that the modules before it may have replaced.
-    for module in (constexpr, aggregate, gluon, device_calls, scalar_index, number_min_max, float_bits_atomics,
-                   clock, guard, kernel_errors, launch_options, bf16):
+    # lang_once_per_launch after scalar_index: its probe runs the launch patches as scalar_index leaves them.
+    for module in (constexpr, aggregate, gluon, device_calls, scalar_index, lang_once_per_launch, number_min_max,
+                   float_bits_atomics, clock, guard, kernel_errors, launch_options, bf16):
         module.install()
     _activated = True
 
