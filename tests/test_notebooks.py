@@ -23,8 +23,8 @@ nbclient = pytest.importorskip("nbclient")
 from workbench.exercises import (  # noqa: E402  (after the importorskips: nbformat is optional)
     ExerciseNotSolved,
     LessonFailed,
-    exercise_cells,
     execute_lesson,
+    exercise_cells,
     solution_source,
 )
 

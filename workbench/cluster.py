@@ -367,14 +367,26 @@ class Workbench:
         return execution.call_each(self, self._select(ranks), function, *args)
 
     def status(self) -> str:
-        """One line per rank: engine id, host, pid, alive or how it died, backend and device."""
+        """In words, a line for the cluster, then one per rank: alive or how it ended, where its kernels run
+        (backend and device), its process and host, its ipyparallel engine.
+
+        Examples
+        --------
+        >>> print(wb.status())                    # doctest: +SKIP
+        2 ranks running, each with a 64 MiB symmetric heap (engines started by the 'local' launcher)
+          rank 0: alive; kernels run on the CPU (backend cpu: Triton's interpreter, heap in /dev/shm); process ...
+          rank 1: alive; ...
+        """
         if not self.running:
             return f"{self!r}: no ranks running; start with %iris start -n N or workbench.start()"
-        lines = [f"{self!r}" + (f" BROKEN: {self.broken}" if self.broken else "")]
+        lines = [f"{self.n} ranks running, each with a {format_size(self.heap_size)} symmetric heap (engines started "
+                 f"by the {self.engines!r} launcher)" + (f" BROKEN: {self.broken}" if self.broken else "")]
         for rank, info in enumerate(self.rank_info):
-            state = self.exit_status(rank) or "alive"
-            lines.append(f"  rank {rank}: engine {self.engine_ids[rank]}, pid {info['pid']} on "
-                         f"{info['host']}, {state}, {info['backend']} {info['device']}")
+            state = f"ended ({self.exit_status(rank)})" if self.exit_status(rank) else "alive"
+            where = ("on the CPU (backend cpu: Triton's interpreter, heap in /dev/shm)" if info["backend"] == "cpu"
+                     else f"on GPU {info['device']} (backend {info['backend']})")
+            lines.append(f"  rank {rank}: {state}; kernels run {where}; process {info['pid']} on {info['host']}, "
+                         f"engine {self.engine_ids[rank]}")
         return "\n".join(lines)
 
     def heap(self) -> list[dict]:

@@ -4,9 +4,9 @@ Examples
 --------
 >>> report = CellReport({0: RankResult(0, "ok", 0.012), 1: RankResult(1, "died", detail="SIGSEGV")})
 >>> print(report.render())
-rank  status           time
-   0  ok            12.0 ms
-   1  died SIGSEGV        -
+rank  status        time in the cell
+   0  ok                     12.0 ms
+   1  died SIGSEGV                 -
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class RankError(WorkbenchError):
 
 
 def _table(results) -> str:
-    rows = [("rank", "status", "time")]
+    rows = [("rank", "status", "time in the cell")]  # "time" alone: of what? (a newcomer asked)
     for r in sorted(results, key=lambda res: res.rank):
         rows.append((str(r.rank), r.label, _duration(r.seconds)))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]

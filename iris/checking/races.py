@@ -146,6 +146,21 @@ def races_html_table(races) -> str:
         return "<p>no races</p>"
     head = "".join(f"<th>{html.escape(column)}</th>" for column in COLUMNS)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in _row(race)) + "</tr>" for race in races
+        f"<tr><td>{html.escape(race.kernel)}</td><td>{html.escape(race.element_name)}</td>"
+        f"<td>{_unbroken(f'rank {race.heap_rank}')}</td><td>{_access_html(race.first)}</td>"
+        f"<td>{_access_html(race.second)}</td></tr>" for race in races
     )
     return f'<table class="iris-races"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _unbroken(phrase: str) -> str:
+    """A phrase a narrow column wraps around, never through (escaped)."""
+    return f'<span style="white-space:nowrap">{html.escape(phrase)}</span>'
+
+
+def _access_html(access: Access) -> str:
+    """An access as its text says it, in phrases that each stay on one line: ``store at kernels.py:12``,
+    ``(rank 0,``, ``program (0, 0, 0),``, ``kernel produce)``."""
+    phrases = (f"{access.kind} at {access.location}", f"(rank {access.rank},",
+               f"program {tuple(access.program_id)},", f"kernel {access.kernel})")
+    return " ".join(map(_unbroken, phrases))
