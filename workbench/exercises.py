@@ -192,7 +192,8 @@ def execute_lesson(path, workdir, timeout: float = 180, **options):
     Parameters
     ----------
     path
-        The lesson's ``.ipynb``.
+        The lesson's ``.ipynb``, or the lesson read with :func:`nbformat.read` (executed in place: its outputs are
+        there even when a cell fails).
     workdir
         The kernel's working directory (what the lesson's ``%%writefile`` cells write).
     timeout
@@ -217,7 +218,8 @@ def execute_lesson(path, workdir, timeout: float = 180, **options):
     import nbformat
     from nbclient.exceptions import CellExecutionError
 
-    notebook = nbformat.read(str(path), as_version=4)
+    notebook = path if isinstance(path, nbformat.NotebookNode) else nbformat.read(str(path), as_version=4)
+    name = Path(path).name if not isinstance(path, nbformat.NotebookNode) else "the lesson"
     check_at, solution_at = exercise_cells(notebook)
     failures = []
 
@@ -231,7 +233,7 @@ def execute_lesson(path, workdir, timeout: float = 180, **options):
                         raise
                     failures.append(error.evalue)
                     return cell
-                raise LessonFailed(f"{Path(path).name}: the exercise's check passed with the skeleton as it is: the "
+                raise LessonFailed(f"{name}: the exercise's check passed with the skeleton as it is: the "
                                    "student finds the exercise solved")
             await super().async_execute_cell(cell, cell_index, execution_count, store_history)
             if cell_index == solution_at:  # the solution has run: the check again, which must pass now
