@@ -320,7 +320,7 @@ class SymmetricHeap:
         --------
         >>> mark = ctx.heap.allocator.heap_offset              # doctest: +SKIP
         >>> scratch = ctx.zeros(1024); del scratch               # doctest: +SKIP
-X
+        >>> ctx.heap.allocator.heap_offset = mark                # doctest: +SKIP
         """
         return max((a.info.offset + a.reserved for a in self._live.values() if a.referenced), default=0)
 

@@ -1,0 +1,61 @@
+"""Sphinx configuration of the iris-workbench documentation site (``bash scripts/docs.sh`` builds it).
+
+The lessons are rendered by myst-nb with their outputs. Before the build, :mod:`stage_lessons` stages each
+``notebooks/NN_*.ipynb`` into ``docs/lessons/`` and fills jupyter-cache with its executed outputs: the copy the
+lesson test left in ``.cache/executed/`` when its code cells match, else a run of its own (on the CPU) for each
+lesson whose code the cache does not hold yet. myst-nb then takes every lesson's outputs from the cache.
+A view's output shows its static twin here (see ``workbench.widgets.static``): the widget's own output
+has no script to draw it, on purpose, so the pages open offline.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(DOCS))
+os.environ.setdefault("IRIS_BACKEND", "cpu")  # the lessons (and autodoc's imports) run on the CPU backend
+
+import stage_lessons  # noqa: E402  (docs/stage_lessons.py, next to this file)
+
+project = "iris-workbench"
+author = "the iris-workbench authors"
+copyright = "the iris-workbench authors"
+
+extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.autosummary", "sphinx.ext.napoleon"]
+exclude_patterns = ["_build", "jupyter_execute", "README.md"]
+html_theme = "sphinx_book_theme"
+html_title = "iris-workbench"
+html_theme_options = {"show_toc_level": 2, "use_download_button": False}
+html_static_path: list[str] = []
+
+# MyST: fenced directives, $math$, and headings given anchors for cross-links within a page.
+myst_enable_extensions = ["colon_fence", "dollarmath"]
+myst_heading_anchors = 3
+
+# Notebooks: outputs from jupyter-cache (filled by stage_lessons); a lesson whose code is unchanged is not run again.
+nb_execution_mode = "cache"
+nb_execution_cache_path = str(stage_lessons.CACHE)
+nb_execution_in_temp = True  # (only if a lesson were missed: it would then run in a temporary folder)
+nb_execution_timeout = 300  # seconds per cell
+nb_execution_raise_on_error = True  # a failing lesson fails the build
+nb_execution_show_tb = True
+# No widget script from a CDN: a view's widget output draws nothing and its static twin is the picture.
+nb_ipywidgets_js: dict = {}
+nb_merge_streams = True
+
+# API reference from the docstrings (numpydoc style, read by napoleon).
+autodoc_default_options = {"members": True, "member-order": "bysource", "show-inheritance": False}
+autodoc_typehints = "description"
+autodoc_mock_imports: list[str] = []
+napoleon_google_docstring = False
+napoleon_numpy_docstring = True
+napoleon_use_rtype = False
+napoleon_custom_sections = [("Notes on the CPU", "notes_style")]
+autosummary_generate = False
+
+stage_lessons.stage()

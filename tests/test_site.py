@@ -1,0 +1,134 @@
+"""The documentation site and the lessons' HTML exports, opened offline in a real browser (Debian's Chromium,
+driven by Playwright, every request that is not a local file refused).
+
+- The site: ``bash scripts/docs.sh`` (Sphinx with myst-nb, warnings as errors) builds ``docs/_build/html``; the
+  pages of lessons 00 and 09 show each rank's picture and lesson 09's timeline drawn.
+- The exports: lessons 00 and 09 executed with nbclient's defaults, which is what ``jupyter nbconvert --execute``
+  does (the widgets' state stored in the notebook: what made nbconvert's HTML draw the widgets from a CDN script,
+  and so draw nothing offline), then ``jupyter nbconvert --to html``; every view's static twin is shown.
+
+This file sorts after test_notebooks.py on purpose: that test leaves each lesson it ran in ``.cache/executed/``,
+and both the site and the exports take a lesson from there when its code is the stored lesson's, instead of
+running it again (docs/stage_lessons.py; the contract is in test_notebooks.py's docstring).
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from .browser.jupyter import CHROMIUM, CHROMIUM_ARGS, ROOT
+from .test_browser import require_chromium
+
+nbformat = pytest.importorskip("nbformat")
+playwright = pytest.importorskip("playwright.sync_api")
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_heap_files_left_behind")]
+
+SITE = ROOT / "docs" / "_build" / "html"
+EXECUTED = ROOT / ".cache" / "executed"
+QUICKSTART, TIMELINE = "00_quickstart", "09_where_does_the_time_go"
+BUILD_SECONDS = 1500  # every lesson run when none is cached (a fresh clone, this file alone); minutes otherwise
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require_chromium()
+    with playwright.sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def open_offline(browser, page_file: Path, check) -> list[str]:
+    """Open ``page_file`` from file:// with every other request refused, run ``check(page)``; return the URLs
+    that were refused (what the page would have fetched from the network)."""
+    context = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
+    refused: list[str] = []
+    context.route(lambda url: not url.startswith(("file:", "data:")),
+                  lambda route: (refused.append(route.request.url), route.abort()))
+    try:
+        page = context.new_page()
+        page.goto(page_file.as_uri(), wait_until="load")
+        check(page)
+    finally:
+        context.close()
+    return refused
+
+
+def not_blank(png: bytes) -> bool:
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).std() > 10
+
+
+def check_rank_pictures(page) -> None:
+    """Lesson 00's views drawn: each rank's panel a visible picture that is not blank, twins not hidden."""
+    twins = page.locator(".iris-static")
+    assert twins.count() >= 1 and all(twins.nth(i).is_visible() for i in range(twins.count())), "a twin hidden"
+    panels = page.locator(".iris-static .iris-rank-panel img")
+    assert panels.count() >= 2, f"{panels.count()} rank pictures"
+    for i in range(panels.count()):
+        panel = panels.nth(i)
+        panel.scroll_into_view_if_needed()
+        assert panel.is_visible() and panel.bounding_box()["width"] > 50, f"rank picture {i} not drawn"
+        assert not_blank(panel.screenshot()), f"rank picture {i} is blank"
+
+
+def check_timeline(page) -> None:
+    """Lesson 09's timeline drawn: its picture visible, wide, with bars in it, and its table of events."""
+    timelines = page.locator(".iris-static .iris-timeline")
+    assert timelines.count() >= 1, "no timeline"
+    timeline = timelines.first
+    timeline.scroll_into_view_if_needed()
+    picture = timeline.locator("svg").first
+    assert picture.is_visible() and picture.bounding_box()["width"] > 300, "the timeline's picture is not drawn"
+    assert picture.locator("rect").count() >= 4, "no bars in the timeline"
+    assert not_blank(picture.screenshot())
+    assert timeline.locator("table.iris-timeline-table tr").count() >= 2
+
+
+def executed_lesson(stem: str, tmp_path: Path):
+    """Lesson ``stem`` executed by nbclient with its defaults (widget state stored, as nbconvert --execute
+    does): test_notebooks.py's run when its code is the stored lesson's, else a run here."""
+    from workbench.exercises import execute_lesson
+
+    stored = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
+    saved = EXECUTED / f"{stem}.ipynb"
+    if saved.exists():
+        executed = nbformat.read(saved, as_version=4)
+        if code_of(executed) == code_of(stored):
+            return executed
+    executed, _ = execute_lesson(stored, tmp_path)
+    return executed
+
+
+def code_of(notebook) -> list[str]:
+    return [cell.source for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def test_site_builds_and_shows_the_pictures_offline(browser):
+    build = subprocess.run(["bash", str(ROOT / "scripts" / "docs.sh")], capture_output=True, text=True,
+                           timeout=BUILD_SECONDS)
+    assert build.returncode == 0, f"the docs build failed:\n{build.stdout[-4000:]}\n{build.stderr[-8000:]}"
+    assert (SITE / "index.html").exists() and (SITE / "api" / "host.html").exists()
+    refused = open_offline(browser, SITE / "lessons" / f"{QUICKSTART}.html", check_rank_pictures)
+    refused += open_offline(browser, SITE / "lessons" / f"{TIMELINE}.html", check_timeline)
+    assert not refused, f"the site's pages asked the network for {refused}"
+
+
+@pytest.mark.parametrize("stem,check", [(QUICKSTART, check_rank_pictures), (TIMELINE, check_timeline)],
+                         ids=[QUICKSTART, TIMELINE])
+def test_an_executed_export_shows_every_view_offline(stem, check, browser, tmp_path):
+    executed = executed_lesson(stem, tmp_path)
+    assert "widgets" in executed.metadata, "no widget state stored: not what nbconvert --execute makes"
+    notebook = tmp_path / f"{stem}.ipynb"
+    nbformat.write(executed, notebook)
+    export = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", str(notebook)],
+                            capture_output=True, text=True, timeout=120)
+    assert export.returncode == 0, export.stderr
+    open_offline(browser, tmp_path / f"{stem}.html", check)  # its widget scripts from a CDN are refused: fine
