@@ -111,7 +111,8 @@ def errors():
     A, B = torch.randn(4, 6), torch.randn(6, 2 * world)
     messages = {}
     cases = {
-        "full_size_reduce_scatter": lambda: ctx.ops.matmul_reduce_scatter(torch.zeros(4, 2 * world), A, B),
+        "full_out_tile_too_large": lambda: ctx.ops.matmul_reduce_scatter(
+            torch.zeros(4, 2 * world), A, B, config=iris.ops.FusedConfig(block_size_m=2048, block_size_n=1024)),
         "indivisible_n": lambda: ctx.ops.matmul_reduce_scatter(torch.zeros(4, 1), A, torch.randn(6, 2 * world + 1)),
         "inner_dims": lambda: ctx.ops.matmul_all_reduce(torch.zeros(4, 2), A, torch.randn(5, 2)),
         "wrong_out": lambda: ctx.ops.matmul_all_reduce(torch.zeros(3, 2 * world), A, B),

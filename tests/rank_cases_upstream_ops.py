@@ -17,6 +17,7 @@ from iris.ops.all_gather_matmul_hbm_buffer import (
     all_gather_matmul_hbm_buffer,
     all_gather_matmul_hbm_buffer_preamble,
 )
+from iris.ops.owned_tiles import owned_range
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
 
@@ -139,8 +140,9 @@ def heap_offset():
 
 def upstream_op_modules(m, k, n):
     """Upstream's per-op module paths as its tests/ops import them: the preambles of matmul_reduce_scatter and
-    matmul_all_gather, then the op with the prepared workspace, against torch; a full (M, N) C refused by the
-    preamble as by the op; iris.host.distributed.helpers.distributed_allgather_multidim of a per-rank table."""
+    matmul_all_gather, then the op with the prepared workspace, against torch; upstream's full (M, N) C of
+    which each rank fills its tiles; iris.host.distributed.helpers.distributed_allgather_multidim of a per-rank
+    table."""
     from iris.host.distributed.helpers import distributed_allgather_multidim
     from iris.ops.matmul_all_gather import matmul_all_gather, matmul_all_gather_preamble
     from iris.ops.matmul_reduce_scatter import matmul_reduce_scatter, matmul_reduce_scatter_preamble
@@ -165,6 +167,19 @@ def upstream_op_modules(m, k, n):
     all_gather_matmul_hbm_buffer(ctx, staged, A_sharded, B.repeat(world, 1), config=config, k_per_flag=k_per_flag,
                                  num_fetch_sms=fetch_sms, num_fetch_stages=fetch_stages,
                                  first_stage_fetch_sms=first_fetch_sms)
+    # Upstream's full (M, N) C: this rank's run of 3 x 3 tiles (row-major) gets the sum, with rank 0's bias; the
+    # rest is left as it was.
+    full, tiles = ctx.zeros(m, n), FusedConfig(block_size_m=3, block_size_n=3)
+    full_workspace = matmul_reduce_scatter_preamble(ctx, full, A, B, config=tiles)
+    full.fill_(7.0)
+    bias = torch.arange(n, dtype=torch.float32, device=device) if rank == 0 else None
+    matmul_reduce_scatter(ctx, full, A, B, bias=bias, config=tiles, workspace=full_workspace)
+    tiles_n = -(-n // 3)
+    first, stop = owned_range(-(-m // 3) * tiles_n, rank, world)
+    owned = torch.zeros(m, n, dtype=torch.bool)
+    for tile in range(first, stop):
+        owned[tile // tiles_n * 3:tile // tiles_n * 3 + 3, tile % tiles_n * 3:tile % tiles_n * 3 + 3] = True
+    full_expected = sum(a @ B for a in As).cpu() + torch.arange(n)
     table = torch.arange(6, dtype=torch.int32).reshape(2, 3) + 10 * rank
     tables = distributed_allgather_multidim(table.numpy())
     uneven = _error(lambda: distributed_allgather_multidim(torch.arange(4 - rank).numpy()))  # every rank refuses
@@ -172,7 +187,9 @@ def upstream_op_modules(m, k, n):
     return {
         "rank": rank, "zeroed": zeroed, "prepared": prepared, "same_workspace": returned is workspace,
         "scatter_error": (scattered - summed).abs().max().item(),
-        "full_c": _error(lambda: matmul_reduce_scatter_preamble(ctx, ctx.zeros(m, n), A, B)),
+        "full_tiles": (first, stop), "full_path": full_workspace.path,
+        "full_error": (full.cpu() - full_expected)[owned].abs().max().item(),
+        "full_rest_untouched": bool((full.cpu()[~owned] == 7.0).all()),
         "gather_prepared": gather_workspace.prepared, "gather_same_workspace": gather_returned is gather_workspace,
         "gather_error": (gathered - torch.cat([a @ B for a in As])).abs().max().item(),
         "auto_config_error": (staged - torch.cat(As, dim=1) @ B.repeat(world, 1)).abs().max().item(),

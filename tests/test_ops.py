@@ -44,8 +44,8 @@ def test_errors_say_what_and_what_to_do():
     (first, _) = run_ranks(2, f"{CASES}:errors")
     messages = first["messages"]
     assert all(message is not None for message in messages.values()), messages
-    assert "writes only this rank's column block, out of shape (M, N / world) = (4, 2)" in (
-        messages["full_size_reduce_scatter"])
+    assert "a tile of block_size_m x block_size_n = 2048 x 1024 is over Triton's 1048576 elements" in (
+        messages["full_out_tile_too_large"])
     assert "N must be a multiple of the world size" in messages["indivisible_n"]
     assert "A's columns must be B's rows" in messages["inner_dims"]
     assert messages["wrong_out"].startswith("ValueError: rank 0: matmul_all_reduce: out must be [4, 4]")

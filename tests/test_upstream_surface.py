@@ -92,8 +92,8 @@ def test_upstream_device_context_paths_in_a_fresh_process(tmp_path):
 
 def test_upstream_op_module_paths_and_allgather_multidim_on_two_ranks():
     """upstream's tests/ops and tests/examples imports: the reduce-scatter and all-gather preambles through the
-    per-op module paths prepare the workspace the op then uses (results against torch); a full (M, N) C is
-    refused by the preamble as by the op; all_gather_matmul_hbm_buffer takes _auto_config's answer;
+    per-op module paths prepare the workspace the op then uses (results against torch); upstream's full (M, N) C
+    gets the sum on this rank's tiles and nothing elsewhere; all_gather_matmul_hbm_buffer takes _auto_config's answer;
     distributed_allgather_multidim gives every rank's table, row r rank r's, and every rank refuses arrays of
     different shapes."""
     for result in run_ranks(2, f"{OPS_CASES}:upstream_op_modules", 8, 6, 4):
@@ -102,7 +102,9 @@ def test_upstream_op_module_paths_and_allgather_multidim_on_two_ranks():
         assert result["gather_prepared"] and result["gather_same_workspace"], result
         assert result["scatter_error"] < 1e-4 and result["gather_error"] < 1e-4, result
         assert result["auto_config_error"] < 1e-4, result
-        assert result["full_c"].startswith(f"ValueError: rank {rank}: matmul_reduce_scatter: out is the full (M, N)")
+        # 8 x 4 in 3 x 3 tiles: 3 x 2 of them, 3 per rank
+        assert result["full_tiles"] == [[0, 3], [3, 6]][rank] and result["full_path"] == "tiles", result
+        assert result["full_error"] < 1e-4 and result["full_rest_untouched"], result
         assert result["tables"] == [[0, 1, 2, 3, 4, 5], [10, 11, 12, 13, 14, 15]]
         assert result["tables_dtype"] == "int32"
         assert result["uneven"].startswith(f"ValueError: rank {rank}: distributed_allgather_multidim: this rank's "

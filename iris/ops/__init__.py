@@ -5,8 +5,8 @@
   holding ``A_sharded (M, K / world)``, its columns of A;
 * :func:`matmul_all_gather`: ``out (M * world, N)`` = every rank's ``A (M, K) @ B (K, N)``, stacked in rank order;
 * :func:`matmul_reduce_scatter`: ``out (M, N / world)`` = this rank's column block of the sum over ranks of
-  ``A @ B``. Upstream's variant writes a full ``(M, N)`` tensor of which only this rank's tiles are valid;
-  ours gives just the block (no memory for tiles nobody may read), and refuses a full-size ``out`` saying so.
+  ``A @ B``; or, in upstream's form, a full ``(M, N)`` ``out`` of which this rank's tiles get the sum
+  (:mod:`iris.ops.owned_tiles`).
 
 Upstream's preambles (:func:`matmul_all_reduce_preamble`, :func:`all_gather_matmul_preamble`,
 :func:`matmul_all_gather_preamble`, :func:`matmul_reduce_scatter_preamble`) make a workspace before the calls;
@@ -58,7 +58,7 @@ import functools
 
 import torch
 
-from . import chunked, pieces, sequential
+from . import chunked, owned_tiles, pieces, sequential
 from .config import DTYPES, FusedConfig, FusedWorkspace, Workspace
 from .graphs import call_key
 
@@ -125,18 +125,20 @@ def matmul_reduce_scatter(ctx, out, A, B, bias=None, async_op=False, config=None
     """``out`` (M, N / world) = this rank's column block of the sum over ranks of ``A @ B + bias``: each rank's
     ``bias`` (N,) is added to its own product before the sum, as in :func:`matmul_all_reduce`.
 
-    Upstream's variant takes a full (M, N) ``out`` and fills only this rank's tiles; a full-size ``out`` is
-    refused here, with a message that says so.
+    Upstream's form: a full (M, N) ``out``, of which this rank's tiles (``config``'s ``block_size_m x
+    block_size_n``, a contiguous run of them per rank in row-major order) get the sum and the rest is left as it
+    was (:mod:`iris.ops.owned_tiles`; its own path, ``workspace.path == "tiles"``).
 
     Examples
     --------
     >>> out = ctx.zeros(M, N // ctx.num_ranks, dtype=torch.bfloat16)      # doctest: +SKIP
     >>> iris.ops.matmul_reduce_scatter(ctx, out, A, B)                    # doctest: +SKIP
     """
-    n = _scattered_dims(ctx, out, A, B)[2]
+    n, full = _scattered_dims(ctx, out, A, B)[2:]
     _check_bias(ctx, "matmul_reduce_scatter", bias, n, A.dtype)
-    return _run(ctx, "matmul_reduce_scatter", sequential.matmul_reduce_scatter, out, A, B, bias, async_op, config,
-                workspace)
+    return _run(ctx, "matmul_reduce_scatter", owned_tiles.matmul_reduce_scatter if full
+                else sequential.matmul_reduce_scatter, out, A, B, bias, async_op, config, workspace,
+                path="tiles" if full else None)
 
 
 # -- upstream's preambles: a workspace made before the calls ------------------------------------------------
@@ -254,7 +256,9 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int,
     return ("chunked" if gpu and count >= 2 else "sequential"), count, growth
 
 
-def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) -> Workspace:
+def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace, path=None) -> Workspace:
+    """Run ``op`` on the path :func:`choose_path` picks (``path``: this one, the only one for the call's form),
+    captured and replayed as a CUDA graph where it can be (:mod:`iris.ops.graphs`)."""
     config = config or FusedConfig()
     if not isinstance(config, FusedConfig):
         raise TypeError(f"rank {ctx.cur_rank}: {op} config must be an iris.ops.FusedConfig, got {type(config)}")
@@ -263,8 +267,11 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) 
     if workspace.key != key:
         raise ValueError(f"rank {ctx.cur_rank}: {op}: this workspace was made for {workspace.key}, not {key}: "
                          "pass the workspace of a call with the same shapes, or none")
-    workspace.path, workspace.pieces, workspace.growth = choose_path(ctx, op, tuple(out.shape), config)
-    if workspace.path == "chunked":
+    workspace.path, workspace.pieces, workspace.growth = (path, 1, 1.0) if path else choose_path(
+        ctx, op, tuple(out.shape), config)
+    if path:
+        call = functools.partial(implementation, ctx, out, A, B, bias, async_op, workspace, config)
+    elif workspace.path == "chunked":
         call = functools.partial(CHUNKED[op], ctx, out, A, B, bias, async_op, workspace, workspace.pieces,
                                  workspace.growth)
     elif op == "matmul_all_reduce":
@@ -272,7 +279,7 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace) 
     else:
         call = functools.partial(implementation, ctx, out, A, B, bias, async_op, workspace)
     replay_key = call_key((out, A, B, bias), workspace.path, workspace.pieces, workspace.growth, async_op,
-                          config.all_reduce_variant)
+                          config.all_reduce_variant, (config.block_size_m, config.block_size_n) if path else None)
     workspace.graphs.run(replay_key, call, cuda=ctx.backend == "cuda",
                          state=lambda: (id(workspace.signals), id(workspace.collective)))
     return workspace
@@ -312,20 +319,18 @@ def _gathered_dims(ctx, op, A_sharded, B) -> tuple[int, int]:
     return m, B.shape[1]
 
 
-def _scattered_dims(ctx, out, A, B) -> tuple[int, int, int]:
-    """(M, K, N) of matmul_reduce_scatter, once its operands and ``out`` (M, N / world) are checked."""
+def _scattered_dims(ctx, out, A, B) -> tuple[int, int, int, bool]:
+    """(M, K, N, full) of matmul_reduce_scatter, once its operands and ``out`` are checked: ``out`` (M, N / world),
+    this rank's column block, or (``full``) upstream's (M, N), of which this rank fills its tiles."""
     world = ctx.num_ranks
     m, k, n = _matmul_dims(ctx, "matmul_reduce_scatter", A, B)
-    if n % world:
+    full = isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n) and world > 1
+    if not full and n % world:
         raise ValueError(f"rank {ctx.cur_rank}: matmul_reduce_scatter splits N = {n} columns over {world} ranks: "
-                         "N must be a multiple of the world size")
-    if isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n) and world > 1:
-        raise ValueError(f"rank {ctx.cur_rank}: matmul_reduce_scatter: out is the full (M, N) = ({m}, {n}) product; "
-                         f"ours writes only this rank's column block, out of shape (M, N / world) = ({m}, {n // world})"
-                         " (upstream Iris fills the full tensor's own tiles only; take out[:, rank * N/world:...] of "
-                         "its result to compare)")
-    _check_out(ctx, "matmul_reduce_scatter", out, (m, n // world), A.dtype)
-    return m, k, n
+                         f"N must be a multiple of the world size for an out of (M, N / world); a full (M, {n}) "
+                         "out takes this rank's tiles of the sum instead")
+    _check_out(ctx, "matmul_reduce_scatter", out, (m, n) if full else (m, n // world), A.dtype)
+    return m, k, n, full
 
 
 def _matmul_dims(ctx, op, A, B) -> tuple[int, int, int]:
