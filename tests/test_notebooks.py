@@ -70,6 +70,7 @@ def test_lesson_runs_top_to_bottom(path, tmp_path, no_heap_files_left_behind):
         notebook, failure = execute_lesson(path, tmp_path)
     except (nbclient.exceptions.CellExecutionError, LessonFailed) as error:
         pytest.fail(f"{path.name} failed:\n{error}", pytrace=False)
+    print(f"{path.name}: the student's check says:\n{failure}")  # shown with -s, and with a failure
     key = path.name[:2]
     first, *rest = failure.splitlines()
     assert first.startswith(f"lesson {key}'s exercise is not solved yet: ") and "expected" in first, failure
@@ -112,3 +113,37 @@ def wait_gone(pids, seconds: float) -> list[int]:
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.1)
+
+
+def test_check_messages_say_where_what_and_what_to_read():
+    import torch
+
+    from workbench.exercises import mismatch, require
+
+    require("03", None, read="anything")  # right: nothing raised
+    found = mismatch(torch.tensor([[1.0, 2.0], [float("nan"), 4.0]]), torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
+                     "rank 1's out")
+    assert found == "rank 1's out: element [1, 0] is nan, expected 3.0 (1 of 4 elements differ)"
+    assert mismatch(torch.zeros(3), torch.zeros(2), "x") == "x has shape (3,), expected (2,)"
+    assert mismatch(torch.full((2,), 1.0 + 1e-6), 1.0, "x", atol=1e-5) is None
+    with pytest.raises(ExerciseNotSolved) as error:
+        require("07", found, read="'The kernel' above")
+    assert str(error.value).splitlines() == [
+        f"lesson 07's exercise is not solved yet: {found}.", "Read: 'The kernel' above.",
+        "Stuck? The cell after this check, `%iris solution 07`, loads one solution into itself: run it, run what it "
+        "loaded, then this check again."]
+    with pytest.raises(ValueError, match=r"no solution for lesson '99'.*the lessons with one are \['00', '01'"):
+        solution_source("99")
+
+
+def test_solution_magic_loads_the_solution_into_the_cell(capsys, monkeypatch):
+    """``%iris solution NN`` asks the frontend to replace the cell with the solution (what %load does); it runs
+    nothing, so it needs no ranks."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.delenv("IRIS_WORKBENCH_SOLUTIONS", raising=False)
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "workbench")
+    shell.run_line_magic("iris", "solution 5")
+    assert shell.rl_next_input == solution_source("05") and solution_source("05").startswith("%%iris_kernel\n")
+    assert "notebooks/solutions/05_gluon.py) is in this cell now" in capsys.readouterr().out
