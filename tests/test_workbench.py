@@ -237,6 +237,23 @@ if rank == 1:
     assert wb.pull("rank") == [0, 1] and not wb.broken
 
 
+def test_rank_frozen_by_sigstop_is_reported_and_ended_within_timeout_plus_grace(shell, wb):
+    frozen_pid, timeout = wb.engine_pids()[1], 2
+    threading.Timer(0.5, os.kill, (frozen_pid, signal.SIGSTOP)).start()
+    started = time.monotonic()
+    _, error = kernel_cell(shell, f"--timeout {timeout}", "import time\nwhile True:\n    time.sleep(0.01)\n")
+    elapsed = time.monotonic() - started
+    # The behaviour asked for: a stopped rank cannot take SIGINT, so it is ended without waiting for it.
+    assert elapsed < timeout + wb.interrupt_grace + 2, f"the cell returned after {elapsed:.1f} s"
+    report = error.report
+    assert report.ranks_with("interrupted") == [0] and report.results[1].status == "died"
+    assert report.results[1].detail.startswith("frozen: its process was stopped by a signal (SIGSTOP")
+    assert "rank 0 was interrupted (SIGINT) and frozen rank 1 was ended (SIGKILL)" in str(error)
+    assert "%iris restart" in str(error) and wb.broken
+    assert "it cannot answer" in report.hang.rank(1).detail
+    assert wait_gone([frozen_pid], 5) == []
+
+
 # -- nothing left behind ---------------------------------------------------------------------------
 
 def wait_gone(pids, seconds: float) -> list[int]:

@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import atexit
 import collections
+import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +58,8 @@ STOP_SECONDS_UNTIL_KILL = 2
 # After the engines, their nannies (which notice at once that their engine is gone) and then the controller's
 # processes get this long to exit.
 NANNY_SECONDS = 2.0
+# While a cluster starts, how often its processes are checked for one that ended (the start then fails at once).
+START_CHECK_SECONDS = 0.5
 CLUSTER_LOG_RECORDS = 50
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -90,6 +95,10 @@ class Workbench:
         What the last :meth:`stop` (or the stop of :meth:`restart`) did.
     cluster_log : collections.deque of str
         ipyparallel's recent warnings about this cluster's processes, which are not printed.
+    cluster_dir : str or None
+        While a cluster of local engines runs, the folder of its own that holds its ipyparallel profile
+        (connection files, logs) and its sockets; :meth:`stop` removes it. None for other launchers, whose
+        clusters use ipyparallel's default profile and TCP.
 
     Examples
     --------
@@ -118,6 +127,8 @@ class Workbench:
         self.cluster_log: collections.deque[str] = collections.deque(maxlen=CLUSTER_LOG_RECORDS)
         self._cluster = None
         self._launchers: dict[int, object] = {}
+        self.cluster_dir: str | None = None
+        self._notebook: dict = {}
         self.client = None
 
     def __repr__(self) -> str:
@@ -145,15 +156,24 @@ class Workbench:
         config.EngineLauncher.environment = _engine_environment(self.backend)
         config.LocalProcessLauncher.stop_seconds_until_kill = STOP_SECONDS_UNTIL_KILL
         config.LocalEngineSetLauncher.delay = 0.0  # start engines at once: ranks are assigned explicitly
+        local = self.engines == "local"
+        config.EngineLauncher.engine_args = _engine_args(self.start_timeout, local)
         bar = StartProgress(total=2 * self.n + 1, show=self.progress)
         try:
             bar.set_description("controller")
+            # A local cluster lives in a folder of its own: its profile (connection files, logs) and its sockets.
+            self.cluster_dir = tempfile.mkdtemp(prefix="iris-cluster-") if local else None
             self._cluster = ipp.Cluster(
                 n=self.n, engines=self.engines, config=config, shutdown_atexit=False, log=self._ipyparallel_log(),
-                controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}"],
+                controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}", *_socket_args(self.cluster_dir)],
+                **({"profile_dir": self.cluster_dir} if local else {}),
             )
             self._cluster.start_controller_sync()
-            self._cluster.start_engines_sync(self.n)
+            self._notebook = {"host": socket.gethostname(), "pid": os.getpid(),
+                              "controller_pid": self._controller_pid()}
+            self._cluster.start_engines_sync(self.n)  # (once the controller has written its connection files)
+            if self.cluster_dir is not None:
+                _link_socket_names(self.cluster_dir)
             self._launchers = _engine_launchers(self._cluster)
             self.client = self._cluster.connect_client_sync()
             atexit.register(self._stop_at_exit)
@@ -171,15 +191,23 @@ class Workbench:
         return self
 
     def _wait_for_engines(self, bar) -> dict[int, dict]:
-        """Engine id -> identity of every engine, sending each the imports as soon as it registers."""
+        """Engine id -> identity of every engine, sending each the imports as soon as it registers.
+
+        Fails at once, saying why, when the controller or an engine this notebook started ends meanwhile;
+        otherwise when not every engine registered within :attr:`start_timeout`.
+        """
         bar.set_description("engines")
         prepared = {}
         deadline = time.monotonic() + self.start_timeout
+        next_check = 0.0
         while len(prepared) < self.n:
             for eid in self.client.ids:
                 if eid not in prepared:
-                    prepared[eid] = self.client[eid].apply_async(engine.prepare, self.backend)
+                    prepared[eid] = self.client[eid].apply_async(engine.prepare, self.backend, self._notebook)
                     bar.update()
+            if time.monotonic() >= next_check:
+                self._fail_if_a_process_ended(f"only {len(prepared)} of {self.n} engines had registered")
+                next_check = time.monotonic() + START_CHECK_SECONDS
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"only {len(prepared)} of {self.n} engines registered within {self.start_timeout:g} s "
@@ -188,6 +216,21 @@ class Workbench:
             time.sleep(0.02)
         bar.set_description("importing iris")
         return execution.gather(prepared, deadline, what="importing torch/triton/iris", key_name="engine")
+
+    def _fail_if_a_process_ended(self, progress: str) -> None:
+        """Raise :class:`WorkbenchError` if the controller or an engine that this notebook started has ended."""
+        controller = getattr(self._cluster.controller, "process", None)
+        how = _peek_exit(controller) if isinstance(controller, psutil.Process) else None
+        if how is not None:
+            log = shutdown.log_excerpt(self._cluster.controller.get_output())
+            raise WorkbenchError(f"the cluster's controller ended ({how}) while it started ({progress}); the "
+                                 f"end of its log:\n{log}")
+        ended = {pid: _peek_exit(launcher.process) for pid, launcher in self._launchers.items()}
+        ended = {pid: how for pid, how in ended.items() if how is not None}
+        if ended:
+            which = ", ".join(f"pid {pid} ({how})" for pid, how in sorted(ended.items()))
+            raise WorkbenchError(f"{len(ended)} of {self.n} engines ended while the cluster started ({progress}): "
+                                 f"{which}; how each ended, with the end of its log, is printed above")
 
     def _make_ranks(self, engines: dict[int, dict], bar) -> None:
         """Assign ranks, rendezvous, and create each rank's context (collectively, all engines at once)."""
@@ -199,8 +242,7 @@ class Workbench:
         master_addr = "127.0.0.1" if all(info["host"] == here for info in engines.values()) else rank0["host"]
         master_port = self.client[order[0]].apply_sync(engine.free_port)
         self.hang_channel = hang_report.new_channel()
-        notebook = {"host": here, "pid": os.getpid(), "controller_pid": self._controller_pid(),
-                    "hang_channel": self.hang_channel}
+        notebook = {**self._notebook, "hang_channel": self.hang_channel}
         bar.set_description("creating heaps")
         rendezvous = (self.n, master_addr, master_port, self.backend, self.heap_size, notebook)
         setups = {rank: self.client[eid].apply_async(engine.setup, rank, *rendezvous, check=self.check)
@@ -244,6 +286,7 @@ class Workbench:
         atexit.unregister(self._stop_at_exit)
         client, cluster = self.client, self._cluster
         if client is None and cluster is None:
+            self._remove_cluster_dir()
             self.last_stop = StopReport(self.backend, [])
             return self.last_stop
         engines, pids, backend = self._engines_to_stop(set(stuck)), self.local_pids(), self._ranks_backend()
@@ -256,7 +299,14 @@ class Workbench:
             _end_processes(client, cluster, engines)
         self._launchers = {}
         self.last_stop = _report(backend, engines, controller, pids)
+        self._remove_cluster_dir()  # after the report, which reads the logs kept there
         return self.last_stop
+
+    def _remove_cluster_dir(self) -> None:
+        """Remove this cluster's own folder (profile, logs, sockets): nothing of a stopped cluster is left."""
+        if self.cluster_dir is not None:
+            shutil.rmtree(self.cluster_dir, ignore_errors=True)
+            self.cluster_dir = None
 
     def restart(self, *, stuck=()) -> Workbench:
         """Stop (see :meth:`stop`; its report is kept in :attr:`last_stop`) and start again with the same
@@ -310,7 +360,9 @@ class Workbench:
         Output is printed live with ``[rank r]`` prefixes. A rank still running at the timeout (default
         :attr:`timeout`) or when Ctrl-C is pressed is first asked where it is (``report.hang``: kernel, line,
         polled flag and values; see :mod:`workbench.hang_report`), then interrupted with SIGINT; if it does
-        not stop within :attr:`interrupt_grace` seconds the cluster is restarted (the report says so). ``line_offset``
+        not stop within :attr:`interrupt_grace` seconds the cluster is restarted (the report says so). A rank
+        whose process is stopped by a signal (:meth:`frozen`) cannot take SIGINT: it is ended at once, and the
+        report says it died and that ``%iris restart`` is needed. ``line_offset``
         blank lines are put before the code so tracebacks count lines as the notebook cell does.
 
         Returns
@@ -422,8 +474,35 @@ class Workbench:
         return self.client[self.engine_ids[rank]]
 
     def interrupt(self, ranks) -> None:
-        """Send SIGINT to ``ranks``' engine processes (through each engine's nanny, so any launcher works)."""
-        self.client.send_signal(signal.SIGINT, targets=[self.engine_ids[r] for r in ranks], block=True)
+        """Send SIGINT to ``ranks``' engine processes (through each engine's nanny, so any launcher works).
+
+        Engines that the controller no longer knows (it stopped hearing their heartbeat) cannot be reached
+        this way and are skipped: such a rank does not stop, and :func:`execution.run_cell` restarts.
+        """
+        known = set(self.client.ids)
+        targets = [self.engine_ids[r] for r in ranks if self.engine_ids[r] in known]
+        if targets:
+            self.client.send_signal(signal.SIGINT, targets=targets, block=True)
+
+    def frozen(self, rank: int) -> str | None:
+        """How ``rank``'s engine is frozen (its process stopped by a signal: SIGSTOP, or SIGTSTP as Ctrl-Z
+        sends), or None when it can run. Only engines on this host are seen."""
+        info = self.rank_info[rank] if rank < len(self.rank_info) else None
+        if info is None or info["host"] != socket.gethostname():
+            return None
+        try:
+            stopped = psutil.Process(info["pid"]).status() == psutil.STATUS_STOPPED
+        except psutil.NoSuchProcess:
+            return None
+        return "frozen: its process was stopped by a signal (SIGSTOP or SIGTSTP)" if stopped else None
+
+    def kill(self, rank: int) -> str:
+        """End ``rank``'s engine process at once (SIGKILL, which also ends a stopped process); how it ended.
+
+        The rank is lost: its peers cannot reach it, and :meth:`restart` makes a working cluster again.
+        """
+        os.kill(self.rank_info[rank]["pid"], signal.SIGKILL)
+        return self.exit_status(rank, wait=EXIT_SECONDS) or "SIGKILL"
 
     def exit_status(self, rank: int, wait: float = 0.0) -> str | None:
         """None while ``rank``'s engine runs, else how it ended (``"SIGSEGV"``, ``"exit code 1"``...).
@@ -615,6 +694,61 @@ def describe_exit(code) -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit code {code}"
+
+
+def _engine_args(start_timeout: float, local: bool) -> list[str]:
+    """ipengine's arguments: how long it waits for the controller, and whether the controller's silence ends it.
+
+    An engine waits ``start_timeout`` for the controller to answer its registration (ipyparallel's 5 s is too
+    short for a controller starting on cores that other clusters keep busy); the notebook gives up at the same
+    time and stops it. A local engine does not end itself when the controller's heartbeat stops (ipyparallel's
+    default: after 50 missed beats): a busy controller is no reason to lose a rank, and the watchdog started
+    by :func:`engine.prepare` ends the engine when the notebook dies. Engines elsewhere keep that check, their
+    only way to end when the notebook is gone.
+    """
+    args = [f"--IPEngine.timeout={start_timeout:g}"]
+    return [*args, "--IPEngine.max_heartbeat_misses=0"] if local else args
+
+
+def _socket_args(private_dir: str | None) -> list[str]:
+    """ipcontroller's arguments making its sockets Unix-domain sockets in ``private_dir`` (None: TCP, for
+    engines on other hosts).
+
+    Over TCP the controller picks its ~20 ports by binding port 0 and closing the socket, and binds them for
+    real a second later, in several processes (ipyparallel's ``select_random_ports``). Controllers starting
+    at the same moment pick the same port (in a quarter of the rounds of 4 on a 2-core machine), and the one
+    that binds it second loses that socket: when it is a heartbeat socket, the controller's heart monitor dies
+    ("Address already in use"), its engines register but are never pinged, and each shuts itself down after
+    50 missed beats while the notebook waits for them. Socket files in a folder of the cluster's own cannot be
+    taken by another cluster.
+    """
+    if private_dir is None:
+        return []
+    return ["--IPController.transport=ipc", f"--IPController.ip={os.path.join(private_dir, 'zmq')}"]
+
+
+def _link_socket_names(private_dir: str) -> None:
+    """Make the controller's Unix-domain sockets reachable under the names its engines and clients use.
+
+    ipyparallel's controller binds socket ``N`` of an ``ipc://PATH`` interface at ``PATH-N``, but its engines
+    and clients connect to ``PATH:N``: a symbolic link under the second name makes both meet (zeromq retries
+    a connection until the name exists, so the links may come after the engines have started).
+    """
+    security = os.path.join(private_dir, "security")
+    for name in os.listdir(security):
+        if not name.endswith(("-engine.json", "-client.json")):
+            continue
+        with open(os.path.join(security, name)) as f:
+            info = json.load(f)
+        transport, _, path = info["interface"].partition("://")
+        if transport != "ipc":
+            continue
+        for value in info.values():
+            for port in value if isinstance(value, list) else [value]:
+                if isinstance(port, int) and not isinstance(port, bool):
+                    link = f"{path}:{port}"
+                    if not os.path.lexists(link):
+                        os.symlink(f"{os.path.basename(path)}-{port}", link)
 
 
 def _engine_environment(backend: str) -> dict:

@@ -48,12 +48,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def prepare(backend: str) -> dict:
+def prepare(backend: str, notebook: dict | None = None) -> dict:
     """Import torch, triton and iris with the backend chosen, then :func:`identify` this engine.
 
     Importing takes seconds; the notebook sends this to each engine as soon as it registers, which
-    overlaps the imports with the other engines' start-up.
+    overlaps the imports with the other engines' start-up. ``notebook`` holds the notebook kernel's ``host``
+    and ``pid`` and, for a local controller, its ``controller_pid``: on the notebook's host a watchdog then
+    ends this engine (and the controller) if the notebook dies without stopping the cluster, so a crashed
+    notebook leaves no processes behind. Local engines do not end themselves when the controller falls
+    silent (see ``workbench.cluster``), so the watchdog starts here, as soon as the engine has registered.
     """
+    if notebook is not None and notebook["host"] == socket.gethostname():
+        _start_watchdog(notebook["pid"], notebook.get("controller_pid"))
     if backend != "auto":
         os.environ["IRIS_BACKEND"] = backend
     import torch  # noqa: F401
@@ -74,10 +80,8 @@ def setup(rank: int, world_size: int, master_addr: str, master_port: int, backen
     ``check`` is the context's (``"races"``; None: ``IRIS_CHECK`` decides, as for any iris program). The
     workbench shows the races after each cell itself, so the checker's warnings are not printed as well.
 
-    ``notebook`` holds the notebook kernel's ``host`` and ``pid`` and, for a local controller, its
-    ``controller_pid``: a watchdog ends this engine (and rank 0 the controller) if the notebook dies
-    without stopping the cluster, so a crashed notebook leaves no processes behind. With ``hang_channel``
-    in ``notebook``, a thread answers where this rank is when a cell hangs (:mod:`workbench.whereabouts`).
+    With ``hang_channel`` in ``notebook``, a thread answers where this rank is when a cell hangs
+    (:mod:`workbench.whereabouts`).
     From here on SIGTERM ends the engine with status 0 (see :func:`exit_cleanly`).
     """
     prepare(backend)
@@ -101,8 +105,6 @@ def setup(rank: int, world_size: int, master_addr: str, master_port: int, backen
         "triton": triton, "tl": tl, "gluon": gluon, "gl": gl,
         "DeviceContext": iris.DeviceContext, "IrisDeviceCtx": IrisDeviceCtx, "TraceEvent": iris.TraceEvent,
     })
-    if notebook["host"] == socket.gethostname():
-        _start_watchdog(notebook["pid"], notebook.get("controller_pid") if rank == 0 else None)
     if notebook.get("hang_channel") and whereabouts.available():
         try:
             whereabouts.start(notebook["hang_channel"], rank, ctx, _namespace())
@@ -158,6 +160,7 @@ def _exit_now() -> None:
 
 
 def _start_watchdog(notebook_pid: int, controller_pid: int | None) -> None:
+    """End this engine, and the controller, once ``notebook_pid`` has ended (every engine watches)."""
     from iris.heap.cpu import process_alive
 
     def watch():

@@ -35,15 +35,21 @@ def run_cell(wb, source: str, filename: str, ranks: list[int], timeout: float) -
     output = _RankOutput(pending)
     results: dict[int, RankResult] = {}
     notes = []
+    ctrl_c = False
     try:
         _collect(wb, pending, results, output, time.monotonic() + timeout)
-        if pending:
-            notes.append(f"{ranks_phrase(pending)} did not finish within {timeout:g} s and "
-                         f"{_were(pending)} interrupted (SIGINT); use --timeout S for longer cells.")
     except KeyboardInterrupt:
-        notes.append(f"Ctrl-C: {ranks_phrase(pending)} {_were(pending)} interrupted (SIGINT); "
-                     "the heaps are untouched.")
-    hang = _where_they_are(wb, pending, results) if pending else None
+        ctrl_c = True
+    frozen = {rank: how for rank in pending if (how := wb.frozen(rank)) is not None}
+    hang = _where_they_are(wb, pending, results, frozen) if pending else None
+    for rank in frozen:
+        del pending[rank]
+        results[rank] = _end_frozen(wb, rank, frozen[rank])
+    if ctrl_c:
+        notes.append(f"Ctrl-C: {_stopped(pending, frozen)}; the heaps are untouched.")
+    elif pending or frozen:
+        notes.append(f"{ranks_phrase([*pending, *frozen])} did not finish within {timeout:g} s: "
+                     f"{_stopped(pending, frozen)}; use --timeout S for longer cells.")
     if pending:
         _interrupt(wb, pending, results, output, notes)
     output.flush(final=True)
@@ -57,16 +63,28 @@ def run_cell(wb, source: str, filename: str, ranks: list[int], timeout: float) -
     return CellReport(results, notes, hang=hang)
 
 
-def _where_they_are(wb, pending, results):
+def _where_they_are(wb, pending, results, frozen: dict[int, str]):
     """The hang report, asked before the interrupt moves the ranks (after Ctrl-C too: a cell is stopped by
-    hand mostly because it hangs). Another Ctrl-C skips it; a failure of the report is a note in it."""
+    hand mostly because it hangs). Another Ctrl-C skips it; a failure of the report is a note in it. Ranks
+    in ``frozen`` (rank -> how) are not asked: a stopped process cannot answer, and waiting for it only
+    delays the report."""
     finished = {rank: results[rank].label for rank in results}
     try:
-        return hang_report.ask(wb, list(pending), finished)
+        hang = hang_report.ask(wb, [rank for rank in pending if rank not in frozen], finished)
     except KeyboardInterrupt:
         return None
     except Exception as exc:  # the interrupt must happen whatever the report does
-        return hang_report.HangReport([], notes=[f"the hang report failed: {type(exc).__name__}: {exc}"])
+        hang = hang_report.HangReport([], notes=[f"the hang report failed: {type(exc).__name__}: {exc}"])
+    hang.places = sorted(hang.places + [hang_report.RankPlace(rank, "unknown", detail=f"{how}: it cannot answer")
+                                        for rank, how in frozen.items()], key=lambda place: place.rank)
+    return hang
+
+
+def _end_frozen(wb, rank: int, how: str) -> RankResult:
+    """End ``rank``, whose process is stopped (``how``): SIGINT would wait in its queue until someone
+    continues it, so it is killed at once instead of after the interrupt grace. It is then dead, and the
+    cell's notes say to restart."""
+    return RankResult(rank, "died", detail=f"{how}; ended with {wb.kill(rank)}")
 
 
 def _interrupt(wb, pending, results, output, notes) -> None:
@@ -116,6 +134,9 @@ def _result_of(wb, rank: int, request) -> RankResult:
     except Exception as exc:  # the engine itself failed: it died, or the result could not be sent back
         # ipyparallel raises EngineError itself, or (a task stranded on a dead engine) a RemoteError naming it
         engine_died = "EngineError" in (type(exc).__name__, getattr(exc, "ename", None))
+        frozen = wb.frozen(rank)
+        if engine_died and frozen is not None:  # the controller gave up on its heartbeat: it never exits itself
+            return _end_frozen(wb, rank, frozen)
         how = wb.exit_status(rank, wait=EXIT_STATUS_SECONDS if engine_died else 0.0)
         if how is not None or engine_died:
             return RankResult(rank, "died", detail=how or "engine unregistered")
@@ -182,3 +203,11 @@ def _remote_message(exc: BaseException) -> str:
 
 def _were(ranks) -> str:
     return "was" if len(ranks) == 1 else "were"
+
+
+def _stopped(interrupted, frozen) -> str:
+    """``"ranks 0, 2 were interrupted (SIGINT) and frozen rank 1 was ended (SIGKILL)"``."""
+    parts = [f"{ranks_phrase(interrupted)} {_were(interrupted)} interrupted (SIGINT)"] if interrupted else []
+    if frozen:
+        parts.append(f"frozen {ranks_phrase(frozen)} {_were(frozen)} ended (SIGKILL)")
+    return " and ".join(parts)
