@@ -85,8 +85,8 @@ def all_reduce_every_variant(shapes, block_size, calls=2):
         for dtype in DTYPES:
             for variant in (*ALL_REDUCE_VARIANTS, None):
                 # spinlock's tiles (one lock each) are block_size_m x block_size_n: as many elements as block_size
-                config = Config(all_reduce_variant=variant, block_size=block_size, block_size_m=1,
-                                block_size_n=block_size)
+                tile = {} if block_size is None else {"block_size_m": 1, "block_size_n": block_size}
+                config = Config(all_reduce_variant=variant, block_size=block_size, **tile)
                 inp, out = ctx.zeros(shape, dtype=dtype), ctx.zeros(shape, dtype=dtype)
                 workspace = None
                 for call in range(calls):

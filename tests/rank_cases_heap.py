@@ -276,11 +276,13 @@ def dropped_heaps_are_freed(count: int = 10):
     once unless the dropped heaps are freed before each new one. Returns the heap size used."""
     import torch.distributed as dist
 
+    probe = iris.iris(1 << 20, backend=BACKEND)  # starts torch.distributed (gloo), which the sizes agree over
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
     free = torch.tensor([torch.cuda.mem_get_info()[0] if device is not None else 1 << 30], dtype=torch.int64)
     dist.all_reduce(free, op=dist.ReduceOp.MIN)  # every rank asks for the same size
     sharing = max(1, int(os.environ["WORLD_SIZE"]) // max(1, torch.cuda.device_count())) if device else 1
     size = int(free.item()) // (8 * sharing) // (1 << 20) << 20
+    del probe
     for _ in range(count):
         ctx = iris.iris(size, backend=BACKEND)
         ctx.zeros(1024)
