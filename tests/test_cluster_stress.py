@@ -1,0 +1,93 @@
+"""Clusters that start every time: several notebooks starting clusters at the same moment on one small machine.
+
+Each notebook is a process of its own (ipyparallel's controllers race across processes, not within one): 4 of
+them start a 2-rank CPU cluster at once, run one small Triton kernel that puts each rank's values into the next
+rank's heap, check what arrived, and stop; 5 rounds, the notebooks meeting at a barrier before each start.
+After each stop nothing of the cluster may be left: no process, no heap file in /dev/shm, no cluster folder.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+
+from iris.heap.cpu import heap_files_of
+from workbench import shutdown
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_heap_files_left_behind")]
+
+NOTEBOOKS = 4
+ROUNDS = 5
+# Seconds a notebook waits for the others at the barrier, and for one round: far more than a start takes on two
+# loaded cores, so that only a cluster that never starts fails.
+BARRIER_SECONDS = 240
+KERNEL = """
+received = ctx.zeros(4, dtype=torch.float32)
+mine = ctx.full((4,), float(rank + 1))
+
+@triton.jit
+def put_to_next(src, dst, cur_rank, world, heap_bases, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    iris.put(src + offs, dst + offs, cur_rank, (cur_rank + 1) % world, heap_bases)
+
+ctx.barrier()
+put_to_next[(1,)](mine, received, rank, world_size, ctx.get_heap_bases(), BLOCK=4)
+ctx.barrier()
+"""
+
+
+def notebook(index: int, barrier, results) -> None:
+    """One notebook: ROUNDS times, start a cluster with the others, check the kernel's result, stop."""
+    from workbench import Workbench
+
+    for round_ in range(ROUNDS):
+        barrier.wait(BARRIER_SECONDS)
+        outcome = {"notebook": index, "round": round_}
+        wb = Workbench(n=2, backend="cpu", heap_size="64KiB", progress=False, start_timeout=BARRIER_SECONDS)
+        try:
+            wb.start()
+            outcome["cluster_dir"] = wb.cluster_dir
+            report = wb.run(KERNEL, timeout=BARRIER_SECONDS)
+            outcome["cell_ok"] = report.ok
+            outcome["received"] = [t.tolist() for t in wb.pull("received")]
+            outcome["pids"] = wb.local_pids()
+        except Exception as exc:
+            outcome["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            outcome["stop"] = str(wb.stop())
+            outcome["stop_ok"] = wb.last_stop.ok
+        pids = outcome.get("pids", [])
+        # (a zombie has ended: it waits for its parent, or for init when it was orphaned, to reap it)
+        outcome["left"] = {"processes": [pid for pid in pids if not shutdown.process_gone(pid)],
+                           "heap files": sorted(heap_files_of(pids)),
+                           "cluster folder": [d for d in [outcome.get("cluster_dir")] if d and os.path.exists(d)]}
+        results.put(outcome)
+
+
+def test_four_notebooks_start_clusters_at_once_five_rounds_and_leave_nothing():
+    context = multiprocessing.get_context("spawn")  # fresh interpreters, as separate notebook kernels are
+    barrier, results = context.Barrier(NOTEBOOKS), context.Queue()
+    notebooks = [context.Process(target=notebook, args=(i, barrier, results)) for i in range(NOTEBOOKS)]
+    for process in notebooks:
+        process.start()
+    outcomes = [results.get(timeout=2 * BARRIER_SECONDS) for _ in range(NOTEBOOKS * ROUNDS)]
+    for process in notebooks:
+        process.join(BARRIER_SECONDS)
+        assert process.exitcode == 0, f"notebook process {process.pid} ended with {process.exitcode}"
+
+    expected = [[2.0] * 4, [1.0] * 4]  # rank 0 got rank 1's values (2.0), rank 1 rank 0's (1.0)
+    problems = []
+    for o in sorted(outcomes, key=lambda o: (o["round"], o["notebook"])):
+        where = f"round {o['round']}, notebook {o['notebook']}"
+        if "error" in o:
+            problems.append(f"{where}: {o['error']}\n{o['stop']}")
+            continue
+        if not o["cell_ok"] or o["received"] != expected:
+            problems.append(f"{where}: the kernel's result was {o['received']}, expected {expected}")
+        if not o["stop_ok"]:
+            problems.append(f"{where}: {o['stop']}")
+        if any(o["left"].values()):
+            problems.append(f"{where}: left behind {o['left']}")
+    assert not problems, "\n".join(problems)
