@@ -10,6 +10,7 @@ has no script to draw it, on purpose, so the pages open offline.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -31,7 +32,8 @@ exclude_patterns = ["_build", "jupyter_execute", "README.md"]
 html_theme = "sphinx_book_theme"
 html_title = "iris-workbench"
 html_theme_options = {"show_toc_level": 2, "use_download_button": False}
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["iris.css"]  # the views' static twins scroll sideways when wider than the page
 
 # MyST: fenced directives, $math$, and headings given anchors for cross-links within a page.
 myst_enable_extensions = ["colon_fence", "dollarmath"]
@@ -59,3 +61,28 @@ napoleon_custom_sections = [("Notes on the CPU", "notes_style")]
 autosummary_generate = False
 
 stage_lessons.stage()
+
+
+def triton_function(obj):
+    """The Python function under a ``@triton.jit`` object (compiled or interpreted), else None."""
+    from triton.runtime.jit import KernelInterface
+
+    return obj.fn if isinstance(obj, KernelInterface) else None
+
+
+def kernel_signature(app, what, name, obj, options, signature, return_annotation):
+    """A ``@triton.jit`` function's own parameters, not the launcher's ``(*args, **kwargs)``."""
+    fn = triton_function(obj)
+    return (str(inspect.signature(fn)), None) if fn is not None else None
+
+
+def kernel_docstring(app, what, name, obj, options, lines):
+    """A ``@triton.jit`` function's own docstring (its object carries none); before napoleon reads it."""
+    fn = triton_function(obj)
+    if fn is not None and not lines and fn.__doc__:
+        lines[:] = inspect.cleandoc(fn.__doc__).splitlines() + [""]
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", kernel_signature)
+    app.connect("autodoc-process-docstring", kernel_docstring, priority=100)  # napoleon's runs at 500

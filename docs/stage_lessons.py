@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 from jupyter_cache import get_cache
 from jupyter_cache.base import CacheBundleIn
+from sphinx.errors import ConfigError
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
@@ -91,7 +92,11 @@ def execute_into(cache, staged: Path) -> None:
     print(f"[docs] running {staged.stem} (no run of its code in the cache or in .cache/executed/)", flush=True)
     stored = nbformat.read(staged, as_version=4)
     with tempfile.TemporaryDirectory(prefix=f"docs-{staged.stem}-") as workdir:
-        ran, _ = execute_lesson(copy.deepcopy(stored), workdir, timeout=300)
+        try:
+            ran, _ = execute_lesson(copy.deepcopy(stored), workdir, timeout=300)
+        except Exception as error:  # a lesson that fails fails the build, saying which and why (not as a crash)
+            raise ConfigError(f"lesson {staged.stem} failed when run for the site (notebooks/{staged.name}; run "
+                              f"it in JupyterLab or with tests/test_notebooks.py to see it fail):\n{error}") from error
     cache.cache_notebook_bundle(CacheBundleIn(with_outputs_of(stored, ran), str(staged)),
                                 check_validity=False, overwrite=True)
 
