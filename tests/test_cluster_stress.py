@@ -4,17 +4,19 @@ Each notebook is a process of its own (ipyparallel's controllers race across pro
 them start a 2-rank CPU cluster at once, run one small Triton kernel that puts each rank's values into the next
 rank's heap, check what arrived, and stop; 5 rounds, the notebooks meeting at a barrier before each start.
 After each stop nothing of the cluster may be left: no process, no heap file in /dev/shm, no cluster folder.
+A start whose engines end fails at once, saying how they ended, instead of after the start timeout.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 
 import pytest
 
 from iris.heap.cpu import heap_files_of
-from workbench import shutdown
+from workbench import Workbench, WorkbenchError, shutdown
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_heap_files_left_behind")]
 
@@ -40,8 +42,6 @@ ctx.barrier()
 
 def notebook(index: int, barrier, results) -> None:
     """One notebook: ROUNDS times, start a cluster with the others, check the kernel's result, stop."""
-    from workbench import Workbench
-
     for round_ in range(ROUNDS):
         barrier.wait(BARRIER_SECONDS)
         outcome = {"notebook": index, "round": round_}
@@ -91,3 +91,20 @@ def test_four_notebooks_start_clusters_at_once_five_rounds_and_leave_nothing():
         if any(o["left"].values()):
             problems.append(f"{where}: left behind {o['left']}")
     assert not problems, "\n".join(problems)
+
+
+def test_start_fails_at_once_saying_why_when_an_engine_ends(tmp_path, monkeypatch, capsys):
+    # Engines that end as soon as they start: their interpreter runs this first (the controller's does not end).
+    (tmp_path / "sitecustomize.py").write_text("import os, sys\n"
+                                               "if sys.orig_argv[1:3] == ['-m', 'ipyparallel.engine']:\n"
+                                               "    os._exit(3)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    start_timeout = 120.0
+    wb = Workbench(n=2, backend="cpu", heap_size="64KiB", progress=False, start_timeout=start_timeout)
+    started = time.monotonic()
+    with pytest.raises(WorkbenchError, match=r"of 2 engines ended while the cluster started \(only 0 of 2 engines "
+                                             r"had registered\): pid \d+ \(exit code 3\)"):
+        wb.start()
+    assert time.monotonic() - started < start_timeout  # the behaviour asked for: it did not wait for the timeout
+    assert "exit code 3" in capsys.readouterr().err  # the stop's report, printed before the error
+    assert wb.last_stop.processes_left == [] and wb.cluster_dir is None and not wb.running
