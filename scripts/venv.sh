@@ -12,7 +12,9 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "[setup] creating $venv"
   "${PYTHON:-python3}" -m venv "$venv"
 fi
-extras="notebook,test,docs"  # docs: the documentation site (scripts/docs.sh), built by the test suite too
+extras="notebook,test"
+# docs: the documentation site (scripts/docs.sh, tests/test_site.py), built on the default stack only.
+if [ -z "$overlay" ]; then extras="$extras,docs"; fi
 # The CUDA backend needs cuda-bindings; a machine without a GPU gets torch's CPU build and the interpreter.
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then extras="$extras,cuda"; fi
 # constraints.txt, with the pins of the overlay file (if any) in place of its own for the same packages.
