@@ -36,6 +36,11 @@ SOLUTIONS = Path(__file__).resolve().parent.parent / "notebooks" / "solutions"
 class ExerciseNotSolved(AssertionError):
     """An exercise's check found the result not (yet) right: what was expected, and where to read."""
 
+    def _render_traceback_(self) -> list[str]:
+        """IPython shows the message alone: the check's own lines would only hide what it says."""
+        first, *rest = str(self).splitlines()
+        return [f"{type(self).__name__}: {first}", *rest]
+
 
 def require(lesson: str, problem: str | None, *, read: str) -> None:
     """Raise :class:`ExerciseNotSolved` when ``problem`` says what is wrong (None: nothing is).
