@@ -254,6 +254,7 @@ def test_rank_frozen_by_sigstop_is_reported_and_ended_within_timeout_plus_grace(
     assert wait_gone([frozen_pid], 5) == []
 
 
+
 # -- nothing left behind ---------------------------------------------------------------------------
 
 def wait_gone(pids, seconds: float) -> list[int]:
@@ -310,3 +311,13 @@ def test_notebook_that_exits_or_crashes_leaves_no_process_behind(mode):
     pids = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(pids) >= 3  # controller, engine, nanny
     assert wait_gone(pids, 15) == [], "atexit (exit) or the engines' watchdog (kill) should end the cluster"
+
+
+def test_engines_end_when_their_controller_has_ended_not_when_it_is_slow(wb):
+    # Engines no longer watch the controller's heartbeat (a busy controller is no reason to lose a rank):
+    # their watchdog asks the system whether the controller process has ended. (Last: it breaks the cluster.)
+    os.kill(wb._controller_pid(), signal.SIGKILL)
+    ended = [wb.exit_status(rank, wait=10) for rank in range(wb.n)]
+    assert ended == ["exit code 75: the cluster's controller had ended"] * wb.n
+    report = wb.run("pass", timeout=10)
+    assert report.ranks_with("died") == [0, 1] and "%iris restart" in " ".join(report.notes)

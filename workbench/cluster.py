@@ -685,9 +685,12 @@ class _KeepLines(logging.Handler):
 
 
 def describe_exit(code) -> str:
-    """``-11`` -> ``"SIGSEGV"``, ``1`` -> ``"exit code 1"``, None -> ``"exited"``."""
+    """``-11`` -> ``"SIGSEGV"``, ``1`` -> ``"exit code 1"``, None -> ``"exited"``; an engine's exit after its
+    controller ended says so."""
     if code is None:
         return "exited"
+    if code == engine.CONTROLLER_GONE_EXIT:
+        return f"exit code {code}: the cluster's controller had ended"
     if code < 0:
         try:
             return signal.Signals(-code).name

@@ -31,6 +31,8 @@ import warnings
 
 from . import whereabouts
 
+# The exit status of an engine that ended because its cluster's controller had ended (see _start_watchdog).
+CONTROLLER_GONE_EXIT = 75
 # Launchers that start engines as one parallel job say which rank each engine is; local engines do not.
 _LAUNCHER_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 
@@ -160,13 +162,20 @@ def _exit_now() -> None:
 
 
 def _start_watchdog(notebook_pid: int, controller_pid: int | None) -> None:
-    """End this engine, and the controller, once ``notebook_pid`` has ended (every engine watches)."""
-    from iris.heap.cpu import process_alive
+    """End this engine, and the controller, once ``notebook_pid`` has ended (every engine watches); end this
+    engine too once the local controller ``controller_pid`` has ended: no request can reach it any more.
+
+    Whether the controller has *ended* is asked of the system, not of its heartbeat: a controller that is
+    merely slow (cores shared with other clusters) keeps its engines.
+    """
+    from .shutdown import process_gone
 
     def watch():
-        while process_alive(notebook_pid):
+        while not process_gone(notebook_pid):
+            if controller_pid is not None and process_gone(controller_pid):
+                os._exit(CONTROLLER_GONE_EXIT)
             time.sleep(1.0)
-        if controller_pid is not None and process_alive(controller_pid):
+        if controller_pid is not None and not process_gone(controller_pid):
             os.kill(controller_pid, signal.SIGTERM)
         os._exit(0)  # the heap files are already unlinked: exiting frees everything
 
