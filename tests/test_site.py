@@ -2,7 +2,8 @@
 driven by Playwright, every request that is not a local file refused).
 
 - The site: ``bash scripts/docs.sh`` (Sphinx with myst-nb, warnings as errors) builds ``docs/_build/html``; the
-  pages of lessons 00 and 09 show each rank's picture and lesson 09's timeline drawn.
+  pages of lessons 00 and 09 show each rank's picture and lesson 09's timeline drawn; lesson 00's solution is
+  folded until asked for.
 - The exports: lessons 00 and 09 executed with nbclient's defaults, which is what ``jupyter nbconvert --execute``
   does (the widgets' state stored in the notebook: what made nbconvert's HTML draw the widgets from a CDN script,
   and so draw nothing offline), then ``jupyter nbconvert --to html``; every view's static twin is shown.
@@ -92,6 +93,16 @@ def check_timeline(page) -> None:
     assert timeline.locator("table.iris-timeline-table tr").count() >= 2
 
 
+def check_solution_folded(page) -> None:
+    """The exercise's solution (the output of its ``%iris solution NN`` cell) is folded until asked for."""
+    solution = page.locator(".cell.tag_solution")
+    assert solution.count() == 1, "no solution cell"
+    printed = solution.locator(".cell_output")
+    assert not printed.is_visible(), "the solution is shown unfolded"
+    solution.locator("summary").click()
+    assert printed.is_visible() and "%%iris_kernel" in printed.inner_text()
+
+
 def executed_lesson(stem: str, tmp_path: Path):
     """Lesson ``stem`` executed by nbclient with its defaults (widget state stored, as nbconvert --execute
     does): test_notebooks.py's run when its code is the stored lesson's, else a run here."""
@@ -116,7 +127,8 @@ def test_site_builds_and_shows_the_pictures_offline(browser):
                            timeout=BUILD_SECONDS)
     assert build.returncode == 0, f"the docs build failed:\n{build.stdout[-4000:]}\n{build.stderr[-8000:]}"
     assert (SITE / "index.html").exists() and (SITE / "api" / "host.html").exists()
-    refused = open_offline(browser, SITE / "lessons" / f"{QUICKSTART}.html", check_rank_pictures)
+    refused = open_offline(browser, SITE / "lessons" / f"{QUICKSTART}.html",
+                           lambda page: (check_rank_pictures(page), check_solution_folded(page)))
     refused += open_offline(browser, SITE / "lessons" / f"{TIMELINE}.html", check_timeline)
     assert not refused, f"the site's pages asked the network for {refused}"
 
