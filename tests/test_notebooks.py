@@ -77,6 +77,9 @@ def test_lesson_runs_top_to_bottom(path, tmp_path, no_heap_files_left_behind):
     assert rest[0].startswith("Read: ") and f"`%iris solution {key}`" in rest[1], failure
     check_at, _ = exercise_cells(notebook)
     assert "exercise solved" in "".join(out.get("text", "") for out in notebook.cells[check_at].outputs)
+    start = next(cell for cell in notebook.cells if cell.cell_type == "code" and "%iris start" in cell.source)
+    summary = "".join(out.get("text", "") for out in start.outputs)  # the ranks' backend and device, in words
+    assert "rank 0: alive; kernels run on the CPU (backend cpu: Triton's interpreter" in summary, summary
     EXECUTED.mkdir(parents=True, exist_ok=True)
     partial = saved.with_name(saved.name + ".tmp")
     nbformat.write(notebook, partial)

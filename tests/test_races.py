@@ -190,6 +190,10 @@ def test_race_text_and_tables():
     assert "C[1, 1]" in text.splitlines()[2]
     assert races_text_table([]) == "no races"
     assert "<td>C[1, 1]</td>" in races_html_table([race]) and races_html_table([]) == "<p>no races</p>"
+    # A narrow access column wraps between phrases, never inside one ("program (0," / "0, 0)").
+    unbroken = '<span style="white-space:nowrap">'
+    assert (f"<td>{unbroken}store at kernels.py:12</span> {unbroken}(rank 0,</span> {unbroken}program (0, 0, 0),"
+            f"</span> {unbroken}kernel produce)</span></td>") in races_html_table([race])
 
 
 def test_stale_shadow_files_are_removed():
