@@ -497,7 +497,8 @@ class Workbench:
         return "frozen: its process was stopped by a signal (SIGSTOP or SIGTSTP)" if stopped else None
 
     def kill(self, rank: int) -> str:
-        """End ``rank``'s engine process at once (SIGKILL, which also ends a stopped process); how it ended.
+        """End ``rank``'s engine process, on this host, at once (SIGKILL, which also ends a stopped process); how it
+        ended.
 
         The rank is lost: its peers cannot reach it, and :meth:`restart` makes a working cluster again.
         """
