@@ -56,6 +56,16 @@ def kernel_cell(shell, line: str, body: str):
 
 # -- kernels through the magic ---------------------------------------------------------------------
 
+def test_local_cluster_listens_on_no_tcp_port_and_keeps_its_files_in_its_own_folder(wb):
+    # Over TCP, controllers starting at once could pick the same port and one lost its heartbeat socket.
+    controller = psutil.Process(wb._controller_pid())
+    listening = [(p.pid, c.laddr) for p in [controller, *controller.children(recursive=True)]
+                 for c in p.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
+    assert listening == []
+    security = os.listdir(os.path.join(wb.cluster_dir, "security"))
+    assert any(name.endswith("-engine.json") for name in security)
+
+
 def test_rank_namespace_holds_the_documented_names(wb):
     names = ["ctx", "rank", "world_size", "iris", "torch", "triton", "tl", "gluon", "gl", "DeviceContext",
              "IrisDeviceCtx", "TraceEvent"]
