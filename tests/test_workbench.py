@@ -248,6 +248,8 @@ if rank == 1:
 
 
 def test_rank_frozen_by_sigstop_is_reported_and_ended_within_timeout_plus_grace(shell, wb):
+    # Frozen 1.5 s before the timeout: the controller drops an engine only after 10 missed heartbeats (3 s; the
+    # rank is then ended as soon as its request fails), so here the timeout is what finds it.
     frozen_pid, timeout = wb.engine_pids()[1], 2
     threading.Timer(0.5, os.kill, (frozen_pid, signal.SIGSTOP)).start()
     started = time.monotonic()
