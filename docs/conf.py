@@ -27,8 +27,8 @@ project = "iris-workbench"
 author = "the iris-workbench authors"
 copyright = "the iris-workbench authors"
 
-extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.autosummary", "sphinx.ext.napoleon"]
-exclude_patterns = ["_build", "jupyter_execute", "README.md"]
+extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+exclude_patterns = ["_build"]
 html_theme = "sphinx_book_theme"
 html_title = "iris-workbench"
 html_theme_options = {"show_toc_level": 2, "use_download_button": False}
@@ -53,12 +53,9 @@ nb_merge_streams = True
 # API reference from the docstrings (numpydoc style, read by napoleon).
 autodoc_default_options = {"members": True, "member-order": "bysource", "show-inheritance": False}
 autodoc_typehints = "description"
-autodoc_mock_imports: list[str] = []
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
-napoleon_custom_sections = [("Notes on the CPU", "notes_style")]
-autosummary_generate = False
 
 stage_lessons.stage()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import tempfile
+from datetime import timezone
 from pathlib import Path
 
 import nbformat
@@ -54,26 +55,22 @@ def with_outputs_of(stored, executed):
     return merged
 
 
-def stage() -> list[str]:
+def stage() -> None:
     """Copy the lessons into ``docs/lessons/`` and fill the cache: from ``.cache/executed/``, else by running the
-    lessons whose code it does not hold; return the stems of the lessons taken from ``.cache/executed/``."""
+    lessons whose code it does not hold."""
     STAGED.mkdir(exist_ok=True)
     stems = {path.stem for path in lesson_paths()}
     for old in STAGED.glob("*.ipynb"):
         if old.stem not in stems:
             old.unlink()  # a lesson renamed or removed
     cache = get_cache(str(CACHE))
-    primed = []
     for path in lesson_paths():
         staged = STAGED / path.name
         if not staged.exists() or staged.read_bytes() != path.read_bytes():
             staged.write_bytes(path.read_bytes())
         executed = EXECUTED / path.name
-        if executed.exists() and prime(cache, staged, executed):
-            primed.append(path.stem)
-        elif not cached(cache, staged):
+        if not (executed.exists() and prime(cache, staged, executed)) and not cached(cache, staged):
             execute_into(cache, staged)
-    return primed
 
 
 def cached(cache, staged: Path) -> bool:
@@ -108,9 +105,9 @@ def prime(cache, staged: Path, executed: Path) -> bool:
     if code_sources(stored) != code_sources(ran):
         return False
     try:
-        record = cache.match_cache_notebook(stored)
-        if record.created.timestamp() >= executed.stat().st_mtime:
-            return True
+        created = cache.match_cache_notebook(stored).created
+        if created.replace(tzinfo=created.tzinfo or timezone.utc).timestamp() >= executed.stat().st_mtime:
+            return True  # jupyter-cache records UTC times without saying so
     except KeyError:
         pass
     cache.cache_notebook_bundle(CacheBundleIn(with_outputs_of(stored, ran), str(staged)),
