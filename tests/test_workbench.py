@@ -320,9 +320,11 @@ def test_notebook_that_exits_or_crashes_leaves_no_process_behind(mode):
     command = [sys.executable, "-m", "tests.workbench_notebook_end", mode, "1"]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == (0 if mode == "exit" else -signal.SIGKILL), done.stderr
-    pids = json.loads(done.stdout.strip().splitlines()[-1])
+    cluster = json.loads(done.stdout.strip().splitlines()[-1])
+    pids = cluster["pids"]
     assert len(pids) >= 3  # controller, engine, nanny
     assert wait_gone(pids, 15) == [], "atexit (exit) or the engines' watchdog (kill) should end the cluster"
+    assert not os.path.exists(cluster["cluster_dir"]), "and remove the cluster's folder"
 
 
 def test_engines_end_when_their_controller_has_ended_not_when_it_is_slow(wb):

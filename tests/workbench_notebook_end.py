@@ -2,8 +2,8 @@
 Jupyter kernel shut down or crashed would.
 
 Run by tests/test_workbench.py with ``MODE N``: prints one JSON line with the pids of the cluster's
-processes, then ends. At a normal exit the atexit hook stops the cluster; after a SIGKILL the engines'
-watchdog must end them all.
+processes and its folder, then ends. At a normal exit the atexit hook stops the cluster; after a SIGKILL the
+engines' watchdog must end them all and remove the folder.
 """
 
 import json
@@ -15,6 +15,6 @@ import workbench
 
 mode, n = sys.argv[1], int(sys.argv[2])
 wb = workbench.start(n=n, backend="cpu", heap_size="4MiB", progress=False)
-print(json.dumps(wb.local_pids()), flush=True)
+print(json.dumps({"pids": wb.local_pids(), "cluster_dir": wb.cluster_dir}), flush=True)
 if mode == "kill":
     os.kill(os.getpid(), signal.SIGKILL)

@@ -170,7 +170,7 @@ class Workbench:
             )
             self._cluster.start_controller_sync()
             self._notebook = {"host": socket.gethostname(), "pid": os.getpid(),
-                              "controller_pid": self._controller_pid()}
+                              "controller_pid": self._controller_pid(), "cluster_dir": self.cluster_dir}
             self._cluster.start_engines_sync(self.n)  # (once the controller has written its connection files)
             if self.cluster_dir is not None:
                 _link_socket_names(self.cluster_dir)
