@@ -2,10 +2,11 @@
 kept out of sight in ``notebooks/solutions/`` until ``%iris solution NN`` asks for one.
 
 A lesson's exercise is three cells: a skeleton (tagged ``exercise``: the part to write marked ``# YOUR CODE
-HERE``; run as it is, it leaves its result unset), a check (tagged ``exercise-check``) that calls :func:`require`,
-and ``%iris solution NN`` (tagged ``solution``). Run All stops at the failing check, so the solution cell runs only
-when asked for: it then loads the solution into itself, as ``%load`` does. Where no one reads (the tests, the docs
-build: :func:`execute_lesson`), it prints the solution and runs it.
+HERE``; run as it is, it leaves its result unset), ``%iris solution NN`` (tagged ``solution``), and a check (tagged
+``exercise-check``) that calls :func:`require`. In front of a student (a kernel that may ask for input: JupyterLab,
+VS Code), the solution cell shows one solution folded, one click away, and runs nothing, so Run All stops at the
+failing check. Where no one can answer (``nbconvert --execute``, nbclient, papermill: no stdin), it prints the
+solution and runs it, so the lesson runs through and its export shows the solution.
 
 Examples
 --------
@@ -21,12 +22,14 @@ which, with the skeleton left as it is, fails with::
     ExerciseNotSolved: lesson 00's exercise is not solved yet: rank 0's inbox: element [0] is 2.0, expected
     10.0 (16 of 16 elements differ).
     Read: 'The first remote store' above, and help(iris.store).
-    Stuck? The cell after this check, `%iris solution 00`, loads one solution into itself: run it, run what
-    it loaded, then this check again.
+    Stuck? The cell above this check, `%iris solution 00`, shows one solution, folded; `%iris solution 00
+    --load` puts it into a cell to run.
 """
 
 from __future__ import annotations
 
+import copy
+import html
 import os
 from pathlib import Path
 
@@ -60,8 +63,8 @@ def require(lesson: str, problem: str | None, *, read: str) -> None:
     """
     if problem is not None:
         raise ExerciseNotSolved(f"lesson {lesson}'s exercise is not solved yet: {problem}.\nRead: {read}.\n"
-                                f"Stuck? The cell after this check, `%iris solution {lesson}`, loads one solution "
-                                "into itself: run it, run what it loaded, then this check again.")
+                                f"Stuck? The cell above this check, `%iris solution {lesson}`, shows one solution, "
+                                f"folded; `%iris solution {lesson} --load` puts it into a cell to run.")
 
 
 def mismatch(actual, expected, where: str, *, atol: float = 0.0, rtol: float = 0.0) -> str | None:
@@ -137,30 +140,57 @@ def _without_header(text: str) -> str:
 
 
 RUN_SOLUTIONS = "IRIS_WORKBENCH_SOLUTIONS"
-"""Set to ``run`` in a kernel's environment, ``%iris solution NN`` runs the solution instead of loading it."""
+"""Set to ``run`` in the environment, ``%iris solution NN`` runs the solution even where a student could read it
+(a runner of the lessons in an IPython shell, e.g. tests/gpu/run_notebooks.py)."""
 
 
-def load_solution(shell, lesson: str, run: bool = False) -> None:
-    """``%iris solution NN``: put lesson ``NN``'s solution into the cell, as ``%load`` does (the frontend replaces
-    the cell's text with it, to read and run); with ``run`` (or ``IRIS_WORKBENCH_SOLUTIONS=run`` in the kernel's
-    environment: a headless run), print the solution and run it.
+def show_solution(shell, lesson: str, mode: str = "auto") -> None:
+    """``%iris solution NN [--load | --run]``.
+
+    Parameters
+    ----------
+    shell
+        The IPython shell.
+    lesson
+        The lesson's number.
+    mode
+        ``"load"``: put the solution into the cell, as ``%load`` does, to read and run. ``"run"``: print it and run
+        it. ``"auto"``: run it where no one reads (no stdin: nbconvert, nbclient; or ``IRIS_WORKBENCH_SOLUTIONS=run``),
+        else show it folded (an HTML ``<details>``, closed) and run nothing.
 
     Examples
     --------
     ::
 
-        %iris solution 07          # the cell now holds one solution: read it, run it, then the check
+        %iris solution 07          # one solution, folded under the cell; nothing runs
+        %iris solution 07 --load   # the cell now holds it: read it, run it, then the check
         %iris solution 07 --run    # print it and run it (e.g. to move on to the next section)
     """
     text = solution_source(lesson)
     where = solution_path(lesson).relative_to(SOLUTIONS.parent.parent)
-    if run or os.environ.get(RUN_SOLUTIONS) == "run":
+    if mode == "auto":
+        mode = "run" if os.environ.get(RUN_SOLUTIONS) == "run" or not _someone_can_answer(shell) else "fold"
+    if mode == "run":
         print(f"one solution ({where}):\n\n{text}")
         shell.run_cell(text, store_history=False).raise_error()
-        return
-    shell.set_next_input(text, replace=True)
-    print(f"lesson {lesson}'s solution ({where}) is in this cell now: run it, then the check. Where no editor "
-          f"shows it, `%iris solution {lesson} --run` prints it and runs it.")
+    elif mode == "load":
+        shell.set_next_input(text, replace=True)
+        print(f"lesson {lesson}'s solution ({where}) is in this cell now: run it, then the check.")
+    else:
+        from IPython.display import display
+
+        folded = (f"<details><summary>One solution to lesson {lesson}'s exercise ({html.escape(str(where))}): click "
+                  f"to read it</summary><pre>{html.escape(text)}</pre></details>")
+        display({"text/html": folded, "text/plain": f"one solution to lesson {lesson}'s exercise is in {where}"},
+                raw=True)
+        print(f"`%iris solution {lesson} --load` puts it into this cell, to run.")
+
+
+def _someone_can_answer(shell) -> bool:
+    """Whether the cell runs in front of someone: its kernel's frontend accepts input() (JupyterLab, VS Code) or
+    there is no kernel (a terminal); nbclient, and so nbconvert --execute and papermill, run cells without stdin."""
+    kernel = getattr(shell, "kernel", None)
+    return kernel is None or bool(getattr(kernel, "_allow_stdin", True))  # set per execute request by ipykernel
 
 
 class LessonFailed(AssertionError):
@@ -168,31 +198,31 @@ class LessonFailed(AssertionError):
     solved), or its cells are not the skeleton, check and solution cells in that order."""
 
 
-def exercise_cells(notebook) -> tuple[int, int]:
-    """The indices of a lesson's check cell and of its solution cell, which comes right after it.
+def exercise_cells(notebook) -> tuple[int, int, int]:
+    """The indices of a lesson's skeleton, solution and check cells (the check right after the solution).
 
     Examples
     --------
     >>> import nbformat                                                     # doctest: +SKIP
     >>> exercise_cells(nbformat.read("notebooks/00_quickstart.ipynb", 4))  # doctest: +SKIP
-    (13, 14)
+    (12, 13, 14)
     """
     tagged = {tag: [i for i, cell in enumerate(notebook.cells) if tag in cell.metadata.get("tags", [])]
               for tag in ("exercise", "exercise-check", "solution")}
     if any(len(found) != 1 for found in tagged.values()):
         raise LessonFailed(f"a lesson needs one cell tagged each of exercise, exercise-check and solution; found "
                            f"{tagged}")
-    skeleton, check, solution = (tagged[tag][0] for tag in ("exercise", "exercise-check", "solution"))
-    if not skeleton < check == solution - 1:
-        raise LessonFailed(f"the skeleton (cell {skeleton}), its check (cell {check}) and the solution cell (cell "
-                           f"{solution}) must come in that order, the solution right after the check")
-    return check, solution
+    skeleton, solution, check = (tagged[tag][0] for tag in ("exercise", "solution", "exercise-check"))
+    if not skeleton < solution == check - 1:
+        raise LessonFailed(f"the skeleton (cell {skeleton}), the solution cell (cell {solution}) and the check (cell "
+                           f"{check}) must come in that order, the check right after the solution")
+    return skeleton, solution, check
 
 
 def execute_lesson(path, workdir, timeout: float = 180, **options):
-    """Run a lesson both ways in one kernel, as the tests and the docs build do: every stored cell in order, the
-    exercise's check first as the student gets it (the skeleton as it is: it must fail with
-    :class:`ExerciseNotSolved`), then, right after the solution cell has run the solution, again (it must pass).
+    """Run a lesson both ways in one kernel, as the tests and the docs build do: every stored cell in order, as
+    ``nbconvert --execute`` does (the solution cell runs the solution), and before that, right after the skeleton,
+    the check as the student gets it (the skeleton as it is: it must fail with :class:`ExerciseNotSolved`).
 
     Parameters
     ----------
@@ -209,8 +239,8 @@ def execute_lesson(path, workdir, timeout: float = 180, **options):
     Returns
     -------
     notebook, failure
-        The executed notebook, its cells the stored ones (the check's outputs are its passing run's), and the
-        student's failure message (the check's, with the skeleton). A cell that fails otherwise raises
+        The executed notebook, its cells the stored ones with the outputs of the run in order, and the student's
+        failure message (the check's, with the skeleton). A cell that fails otherwise raises
         :class:`nbclient.exceptions.CellExecutionError`; a check that passes with the skeleton, LessonFailed.
 
     Examples
@@ -225,27 +255,29 @@ def execute_lesson(path, workdir, timeout: float = 180, **options):
 
     notebook = path if isinstance(path, nbformat.NotebookNode) else nbformat.read(str(path), as_version=4)
     name = Path(path).name if not isinstance(path, nbformat.NotebookNode) else "the lesson"
-    check_at, solution_at = exercise_cells(notebook)
+    skeleton_at, _, check_at = exercise_cells(notebook)
     failures = []
 
     class LessonClient(nbclient.NotebookClient):
         async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
-            if cell_index == check_at and not failures:  # the student's run: the skeleton as it is
+            await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+            if cell_index == skeleton_at:  # the student's run: the check on the skeleton as it is (a copy of the
+                check = copy.deepcopy(notebook.cells[check_at])  # cell: the stored one keeps its run in order)
                 try:
-                    await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+                    await super().async_execute_cell(check, check_at, self.code_cells_executed + 1)
                 except CellExecutionError as error:
                     if error.ename != ExerciseNotSolved.__name__:
                         raise
                     failures.append(error.evalue)
-                    return cell
-                raise LessonFailed(f"{name}: the exercise's check passed with the skeleton as it is: the "
-                                   "student finds the exercise solved")
-            await super().async_execute_cell(cell, cell_index, execution_count, store_history)
-            if cell_index == solution_at:  # the solution has run: the check again, which must pass now
-                await super().async_execute_cell(notebook.cells[check_at], check_at, self.code_cells_executed + 1)
+                else:
+                    raise LessonFailed(f"{name}: the exercise's check passed with the skeleton as it is: the "
+                                       "student finds the exercise solved")
+                finally:
+                    notebook.cells[check_at] = check_cell  # async_execute_cell stored the copy in its place
             return cell
 
+    check_cell = notebook.cells[check_at]
     client = LessonClient(notebook, timeout=timeout, kernel_name="python3",
                           resources={"metadata": {"path": str(workdir)}}, **options)
-    client.execute(env={**os.environ, RUN_SOLUTIONS: "run"})
+    client.execute()
     return notebook, failures[0]

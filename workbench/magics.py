@@ -28,7 +28,7 @@ Examples
     ...
     %iris traffic --launch 0 --need 8192   # that matrix again: one launch, beside what the operation needs
     %iris status
-    %iris solution 07              # lesson 07's exercise solution, loaded into the cell as %load does
+    %iris solution 07              # one solution to lesson 07's exercise, folded; --load puts it in the cell
     %iris stop
 """
 
@@ -98,9 +98,12 @@ def _iris_parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeout", type=float, default=None, help="seconds before the ranks are interrupted")
     timeline = commands.add_parser("timeline", help="when each rank did what in the last traced cell (a widget)")
     timeline.add_argument("--save", metavar="FILE", help="also write the merged trace (Perfetto JSON) to FILE")
-    solution = commands.add_parser("solution", help="load a lesson's exercise solution into the cell, as %%load does")
+    solution = commands.add_parser("solution", help="one solution to a lesson's exercise, folded (run where no one "
+                                                    "reads: nbconvert --execute)")
     solution.add_argument("lesson", help="the lesson's number, e.g. 07")
-    solution.add_argument("--run", action="store_true", help="run the solution instead of showing it")
+    shown = solution.add_mutually_exclusive_group()
+    shown.add_argument("--load", action="store_true", help="put it into the cell, as %%load does, to run")
+    shown.add_argument("--run", action="store_true", help="print it and run it")
     traffic = commands.add_parser("traffic", help="the bytes each rank moved at each heap in the last "
                                                   "--traffic cell (a widget)")
     traffic.add_argument("--launch", type=int, default=None, help="one launch (0: each rank's first; default: all)")
@@ -168,10 +171,10 @@ class IrisMagics(Magics):
         ``%iris heap``, ``%iris show NAME [--reduction mean|maxabs]``, ``%iris remote NAME --rank R``,
         ``%iris bench LABEL=EXPR ... [--flops F] [--bytes B] [--peer-bytes P] [--graph auto|on|off]``,
         ``%iris timeline [--save FILE]``, ``%iris traffic [--launch K] [--need BYTES]``,
-        ``%iris solution NN [--run]``."""
+        ``%iris solution NN [--load | --run]``."""
         args = _iris_parser().parse_args(shlex.split(line))
         if args.command == "solution":  # needs no ranks to show; run, it uses them as any cell does
-            exercises.load_solution(self.shell, args.lesson, run=args.run)
+            exercises.show_solution(self.shell, args.lesson, "load" if args.load else "run" if args.run else "auto")
             return
         if args.command == "start":
             wb = workbench.start(n=args.n, backend=args.backend, heap_size=args.heap, engines=args.engines,

@@ -20,17 +20,9 @@ from IPython.core.interactiveshell import InteractiveShell
 def run_notebook(shell, path: str) -> bool:
     started = time.perf_counter()
     cells = [c for c in json.load(open(path))["cells"] if c["cell_type"] == "code"]
-    check = next(("".join(c["source"]) for c in cells if "exercise-check" in c["metadata"].get("tags", [])), None)
     for number, cell in enumerate(cells, 1):
-        source, tags = "".join(cell["source"]), cell["metadata"].get("tags", [])
-        result = shell.run_cell(source)
-        # The exercise both ways (as workbench.exercises.execute_lesson): its check fails with the skeleton, then
-        # passes once the solution cell (IRIS_WORKBENCH_SOLUTIONS=run: it runs the solution) has run.
-        if "exercise-check" in tags and type(result.error_in_exec).__name__ == "ExerciseNotSolved":
-            continue
-        if result.success and "solution" in tags:
-            result = shell.run_cell(check)
-        if not result.success:
+        source = "".join(cell["source"])
+        if not shell.run_cell(source).success:
             print(f"FAILED {path}: code cell {number}:\n{source}", flush=True)
             shell.run_cell("import workbench\nif workbench._current is not None: workbench._current.stop()")
             return False
@@ -39,7 +31,7 @@ def run_notebook(shell, path: str) -> bool:
 
 
 def main(paths) -> int:
-    os.environ["IRIS_WORKBENCH_SOLUTIONS"] = "run"  # %iris solution NN runs the solution (no one reads it here)
+    os.environ["IRIS_WORKBENCH_SOLUTIONS"] = "run"  # %iris solution NN runs the exercise's solution: no one reads
     shell = InteractiveShell.instance()
     results = {path: run_notebook(shell, path) for path in paths}
     print(f"{sum(results.values())} passed, {len(results) - sum(results.values())} failed")
