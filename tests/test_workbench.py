@@ -314,7 +314,7 @@ def test_clean_stop_prints_one_line_and_every_engine_exits_with_status_0(shell, 
         wb.pull("rank")
 
 
-@pytest.mark.parametrize("mode", ["exit", "kill"])
+@pytest.mark.parametrize("mode", ["exit", "kill", "kill_after_engines"])
 def test_notebook_that_exits_or_crashes_leaves_no_process_behind(mode):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "tests.workbench_notebook_end", mode, "1"]
@@ -323,7 +323,7 @@ def test_notebook_that_exits_or_crashes_leaves_no_process_behind(mode):
     cluster = json.loads(done.stdout.strip().splitlines()[-1])
     pids = cluster["pids"]
     assert len(pids) >= 3  # controller, engine, nanny
-    assert wait_gone(pids, 15) == [], "atexit (exit) or the engines' watchdog (kill) should end the cluster"
+    assert wait_gone(pids, 15) == [], "atexit (exit) or the watchdogs and the watcher (kill) should end the cluster"
     assert not os.path.exists(cluster["cluster_dir"]), "and remove the cluster's folder"
 
 

@@ -31,6 +31,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -129,6 +130,7 @@ class Workbench:
         self._launchers: dict[int, object] = {}
         self.cluster_dir: str | None = None
         self._notebook: dict = {}
+        self._watcher: subprocess.Popen | None = None
         self.client = None
 
     def __repr__(self) -> str:
@@ -170,7 +172,8 @@ class Workbench:
             )
             self._cluster.start_controller_sync()
             self._notebook = {"host": socket.gethostname(), "pid": os.getpid(),
-                              "controller_pid": self._controller_pid(), "cluster_dir": self.cluster_dir}
+                              "controller_pid": self._controller_pid()}
+            self._watcher = _start_watcher(self._notebook["controller_pid"], self.cluster_dir)
             self._cluster.start_engines_sync(self.n)  # (once the controller has written its connection files)
             if self.cluster_dir is not None:
                 _link_socket_names(self.cluster_dir)
@@ -286,7 +289,7 @@ class Workbench:
         atexit.unregister(self._stop_at_exit)
         client, cluster = self.client, self._cluster
         if client is None and cluster is None:
-            self._remove_cluster_dir()
+            self._remove_leftovers()
             self.last_stop = StopReport(self.backend, [])
             return self.last_stop
         engines, pids, backend = self._engines_to_stop(set(stuck)), self.local_pids(), self._ranks_backend()
@@ -299,11 +302,16 @@ class Workbench:
             _end_processes(client, cluster, engines)
         self._launchers = {}
         self.last_stop = _report(backend, engines, controller, pids)
-        self._remove_cluster_dir()  # after the report, which reads the logs kept there
+        self._remove_leftovers()  # after the report, which reads the logs kept there
         return self.last_stop
 
-    def _remove_cluster_dir(self) -> None:
-        """Remove this cluster's own folder (profile, logs, sockets): nothing of a stopped cluster is left."""
+    def _remove_leftovers(self) -> None:
+        """End the cluster's watcher, which a finished stop no longer needs, and remove the cluster's own folder
+        (profile, logs, sockets): nothing of a stopped cluster is left."""
+        if self._watcher is not None:
+            self._watcher.terminate()
+            self._watcher.wait()
+            self._watcher = None
         if self.cluster_dir is not None:
             shutil.rmtree(self.cluster_dir, ignore_errors=True)
             self.cluster_dir = None
@@ -729,6 +737,45 @@ def _socket_args(private_dir: str | None) -> list[str]:
     if private_dir is None:
         return []
     return ["--IPController.transport=ipc", f"--IPController.ip={os.path.join(private_dir, 'zmq')}"]
+
+
+# Run by the watcher (python -c, so that it imports little): waits for its parent, the notebook, to end, then
+# ends the controller (SIGTERM; SIGKILL for what is left after 5 s) and removes the cluster's folder.
+_WATCHER = """
+import os, shutil, sys, time
+import psutil
+notebook, controller, folder = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+try:
+    controller = psutil.Process(controller)
+except psutil.NoSuchProcess:
+    controller = None
+while os.getppid() == notebook:
+    time.sleep(0.5)
+try:
+    family = [controller, *controller.children(recursive=True)] if controller else []
+    for process in family[:1]:
+        process.terminate()
+    for process in psutil.wait_procs(family, timeout=5)[1]:
+        process.kill()
+except psutil.NoSuchProcess:
+    pass
+if folder:
+    shutil.rmtree(folder, ignore_errors=True)
+"""
+
+
+def _start_watcher(controller_pid: int | None, cluster_dir: str | None) -> subprocess.Popen | None:
+    """A small process that ends the controller and removes ``cluster_dir`` if this notebook dies first.
+
+    The engines' watchdogs (:func:`engine.prepare`) end the engines then, but a notebook can die after its
+    engines have stopped and before the controller has: Jupyter kills a kernel that takes more than 5 s to
+    shut down, which a stop at exit on loaded cores can. :meth:`Workbench.stop` ends the watcher when done.
+    It has a session of its own, so that a Ctrl-C in a terminal does not end it with the notebook.
+    """
+    if controller_pid is None:  # a controller started elsewhere is not this notebook's to end
+        return None
+    return subprocess.Popen([sys.executable, "-c", _WATCHER, str(os.getpid()), str(controller_pid), cluster_dir or ""],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
 
 
 def _link_socket_names(private_dir: str) -> None:

@@ -21,7 +21,6 @@ import contextlib
 import gc
 import linecache
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -34,8 +33,6 @@ from . import whereabouts
 
 # The exit status of an engine that ended because its cluster's controller had ended (see _start_watchdog).
 CONTROLLER_GONE_EXIT = 75
-# How long a watchdog whose notebook died waits for the controller it signalled before removing the cluster's folder.
-WATCHDOG_CONTROLLER_SECONDS = 5.0
 # Launchers that start engines as one parallel job say which rank each engine is; local engines do not.
 _LAUNCHER_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 
@@ -58,14 +55,14 @@ def prepare(backend: str, notebook: dict | None = None) -> dict:
 
     Importing takes seconds; the notebook sends this to each engine as soon as it registers, which
     overlaps the imports with the other engines' start-up. ``notebook`` holds the notebook kernel's ``host``
-    and ``pid`` and, for a local controller, its ``controller_pid`` and the cluster's folder, ``cluster_dir``:
-    on the notebook's host a watchdog then ends this engine (and the controller, and removes the folder) if
-    the notebook dies without stopping the cluster, so a crashed notebook leaves nothing behind. Local
+    and ``pid`` and, for a local controller, its ``controller_pid``: on the notebook's host a watchdog then
+    ends this engine if the notebook dies without stopping the cluster (the notebook's own watcher ends the
+    controller), so a crashed notebook leaves nothing behind, and if the controller has ended. Local
     engines do not end themselves when the controller falls silent (see ``workbench.cluster``), so the
     watchdog starts here, as soon as the engine has registered.
     """
     if notebook is not None and notebook["host"] == socket.gethostname():
-        _start_watchdog(notebook["pid"], notebook.get("controller_pid"), notebook.get("cluster_dir"))
+        _start_watchdog(notebook["pid"], notebook.get("controller_pid"))
     if backend != "auto":
         os.environ["IRIS_BACKEND"] = backend
     import torch  # noqa: F401
@@ -165,26 +162,20 @@ def _exit_now() -> None:
     raise SystemExit(0)
 
 
-def _start_watchdog(notebook_pid: int, controller_pid: int | None, cluster_dir: str | None) -> None:
-    """End this engine and the controller, and remove ``cluster_dir``, once ``notebook_pid`` has ended (every
-    engine watches); end this engine too once the local controller ``controller_pid`` has ended: no request
-    can reach it any more.
+def _start_watchdog(notebook_pid: int, controller_pid: int | None) -> None:
+    """End this engine once ``notebook_pid`` has ended, or once the local controller ``controller_pid`` has
+    ended: no request can reach it any more.
 
     Whether the controller has *ended* is asked of the system, not of its heartbeat: a controller that is
     merely slow (cores shared with other clusters) keeps its engines.
     """
-    from .shutdown import process_gone, wait_until_gone
+    from .shutdown import process_gone
 
     def watch():
         while not process_gone(notebook_pid):
             if controller_pid is not None and process_gone(controller_pid):
                 os._exit(CONTROLLER_GONE_EXIT)
             time.sleep(1.0)
-        if controller_pid is not None and not process_gone(controller_pid):
-            os.kill(controller_pid, signal.SIGTERM)
-            wait_until_gone([controller_pid], WATCHDOG_CONTROLLER_SECONDS)  # it writes its log until it ends
-        if cluster_dir is not None:
-            shutil.rmtree(cluster_dir, ignore_errors=True)  # (the other engines' watchdogs may be at it too)
         os._exit(0)  # the heap files are already unlinked: exiting frees everything
 
     threading.Thread(target=watch, name="iris-notebook-watchdog", daemon=True).start()
