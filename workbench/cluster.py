@@ -746,19 +746,19 @@ import os, shutil, sys, time
 import psutil
 notebook, controller, folder = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 try:
-    controller = psutil.Process(controller)
+    controller = psutil.Process(controller)  # (kept: it knows the process, should its pid be reused)
 except psutil.NoSuchProcess:
     controller = None
 while os.getppid() == notebook:
     time.sleep(0.5)
-try:
-    family = [controller, *controller.children(recursive=True)] if controller else []
-    for process in family[:1]:
-        process.terminate()
-    for process in psutil.wait_procs(family, timeout=5)[1]:
-        process.kill()
-except psutil.NoSuchProcess:
-    pass
+if controller is not None:
+    try:
+        family = [controller, *controller.children(recursive=True)]
+        controller.terminate()  # it ends its own processes (schedulers, heart monitor)
+        for process in psutil.wait_procs(family, timeout=5)[1]:
+            process.kill()
+    except psutil.NoSuchProcess:  # it had ended
+        pass
 if folder:
     shutil.rmtree(folder, ignore_errors=True)
 """
