@@ -314,7 +314,7 @@ def test_clean_stop_prints_one_line_and_every_engine_exits_with_status_0(shell, 
         wb.pull("rank")
 
 
-@pytest.mark.parametrize("mode", ["exit", "kill", "kill_after_engines"])
+@pytest.mark.parametrize("mode", ["exit", "kill"])
 def test_notebook_that_exits_or_crashes_leaves_no_process_behind(mode):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "tests.workbench_notebook_end", mode, "1"]

@@ -1,10 +1,10 @@
 """A 'notebook' that starts a workbench and then ends: normally (``exit``) or by SIGKILL (``kill``), as a
-Jupyter kernel shut down or crashed would, or by SIGKILL once its engines have ended (``kill_after_engines``), as
-a kernel killed in the middle of stopping its cluster would.
+Jupyter kernel shut down or crashed would.
 
 Run by tests/test_workbench.py with ``MODE N``: prints one JSON line with the pids of the cluster's
 processes and its folder, then ends. At a normal exit the atexit hook stops the cluster; after a SIGKILL the
-engines' watchdogs must end the engines, and the notebook's watcher the controller, and remove the folder.
+engines' watchdogs must end the engines, and the notebook's watcher the controller (whether or not the engines
+are still there: a kernel can be killed in the middle of its stop) and remove the folder.
 """
 
 import json
@@ -17,9 +17,5 @@ import workbench
 mode, n = sys.argv[1], int(sys.argv[2])
 wb = workbench.start(n=n, backend="cpu", heap_size="4MiB", progress=False)
 print(json.dumps({"pids": wb.local_pids(), "cluster_dir": wb.cluster_dir}), flush=True)
-if mode == "kill_after_engines":  # as a kernel killed in the middle of its stop, its engines already gone
-    for rank, pid in enumerate(wb.engine_pids()):
-        os.kill(pid, signal.SIGKILL)
-        wb.exit_status(rank, wait=10)
-if mode.startswith("kill"):
+if mode == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
