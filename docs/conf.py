@@ -61,16 +61,26 @@ stage_lessons.stage()
 
 
 def triton_function(obj):
-    """The Python function under a ``@triton.jit`` object (compiled or interpreted), else None."""
+    """The Python function under a ``@triton.jit`` function or device-context method (compiled, or run by the
+    interpreter on the CPU), else None."""
     from triton.runtime.jit import KernelInterface
 
-    return obj.fn if isinstance(obj, KernelInterface) else None
+    from iris.interpret.aggregate import InterpretedMethod
+
+    if isinstance(obj, KernelInterface):
+        return obj.fn
+    return triton_function(obj.function) or obj.function if isinstance(obj, InterpretedMethod) else None
 
 
 def kernel_signature(app, what, name, obj, options, signature, return_annotation):
-    """A ``@triton.jit`` function's own parameters, not the launcher's ``(*args, **kwargs)``."""
+    """A ``@triton.jit`` function's (or method's) own parameters, not the launcher's ``(*args, **kwargs)``."""
     fn = triton_function(obj)
-    return (str(inspect.signature(fn)), None) if fn is not None else None
+    if fn is None:
+        return None
+    signature = inspect.signature(fn)
+    if what == "method":  # as Sphinx shows any method: without self
+        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+    return str(signature), None
 
 
 def kernel_docstring(app, what, name, obj, options, lines):
