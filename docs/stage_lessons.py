@@ -5,9 +5,9 @@ outputs, as in the repository), and jupyter-cache holding each lesson's executed
 Where the outputs come from, for each lesson whose code the cache does not hold yet: the copy that
 ``tests/test_notebooks.py`` left in ``.cache/executed/<stem>.ipynb`` when its code cells are the stored
 lesson's (the suite ran it already: it is not run again); otherwise the lesson is run here, on the CPU backend
-in a temporary folder, by :func:`workbench.exercises.execute_lesson` (as the test runs it: the exercise's check
-first fails as the student gets it, then the solution runs and the check passes; a plain run would stop at that
-first failure). An unchanged staged file is not rewritten, so Sphinx does not read it again.
+in a temporary folder, by :func:`workbench.exercises.execute_lesson`, as the test runs it (the exercise's check
+also seen failing as the student gets it; the site shows the run with the solution in). An unchanged staged file
+is not rewritten, so Sphinx does not read it again.
 
 Examples
 --------
