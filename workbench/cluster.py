@@ -545,7 +545,11 @@ class Workbench:
     def local_pids(self) -> list[int]:
         """Every process of this cluster on this host: controller, engines and their helpers (nannies...)."""
         roots = {pid for pid in (self._controller_pid(), *self.engine_pids(), *self._launchers) if pid is not None}
-        return sorted(roots.union(*(_children(pid, True) for pid in roots)))
+        # The controller's own processes (schedulers, heart monitor) name the cluster's folder in their command
+        # line: found so even when the controller has died and they are no longer its children.
+        watcher = {self._watcher.pid} if self._watcher is not None else set()  # ended by the stop, after the rest
+        named = _processes_naming(self.cluster_dir) - watcher
+        return sorted(roots.union(*(_children(pid, True) for pid in roots), named))
 
 
 def cell_filename(source: str) -> str:
@@ -568,6 +572,17 @@ def _peek_exit(process) -> str | None:
         return None
     killed = status.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
     return describe_exit(-status.si_status if killed else status.si_status)
+
+
+def _processes_naming(folder: str | None) -> set[int]:
+    """pids of this host's processes whose command line names ``folder`` (None: none)."""
+    if not folder:
+        return set()
+    found = set()
+    for process in psutil.process_iter(["cmdline"]):
+        if any(folder in part for part in process.info["cmdline"] or ()):
+            found.add(process.pid)
+    return found
 
 
 def _children(pid: int, local: bool) -> list[int]:
@@ -663,12 +678,12 @@ def _report(backend: str, engines: list[_Engine], controller, pids: list[int]) -
             e.outcome.log = shutdown.log_excerpt(e.launcher.get_output())
     process = getattr(controller, "process", None)  # a local controller's; others are out of sight
     controller_exit = _exit_of(process) if isinstance(process, psutil.Process) else None
-    processes_left = shutdown.wait_until_gone(pids, NANNY_SECONDS)
+    processes_ended, processes_left = shutdown.end_outliving(pids, NANNY_SECONDS)
     removed = remove_stale_heap_files()  # files of ranks killed before they unlinked them (during a start)
     return StopReport(
         backend, [e.outcome for e in engines],
         controller=None if controller_exit in (None, "exit code 0") else controller_exit,
-        processes_left=processes_left, heap_files_removed=removed,
+        processes_left=processes_left, processes_ended=processes_ended, heap_files_removed=removed,
         heap_files_left=heap_files_of(e.pid for e in engines if e.local and e.pid is not None),
     )
 

@@ -19,7 +19,9 @@ stopped 2 ranks (cpu backend), not cleanly; no process and nothing in /dev/shm l
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 from dataclasses import dataclass, field
 
@@ -95,6 +97,9 @@ class StopReport:
         How the controller ended when that was not with status 0.
     processes_left : list of int
         pids of the cluster's processes (engines, their nannies, the controller) still alive.
+    processes_ended : list of int
+        pids of the cluster's processes that outlived the stop and that it then ended with SIGKILL (e.g. the
+        controller's schedulers when ipyparallel had to SIGKILL the controller itself on busy cores).
     heap_files_left, heap_files_removed : list of str
         This cluster's CPU heap files still in /dev/shm, and stale ones the stop removed.
     """
@@ -103,6 +108,7 @@ class StopReport:
     engines: list[EngineStop]
     controller: str | None = None
     processes_left: list[int] = field(default_factory=list)
+    processes_ended: list[int] = field(default_factory=list)
     heap_files_left: list[str] = field(default_factory=list)
     heap_files_removed: list[str] = field(default_factory=list)
 
@@ -139,7 +145,9 @@ class StopReport:
         where = " and nothing in /dev/shm" if self.backend == "cpu" else ""
         removed = len(self.heap_files_removed)
         stale = f" (removed {removed} stale heap file{'s' if removed != 1 else ''})" if removed else ""
-        return f"no process{where} left{stale}"
+        ended = len(self.processes_ended)
+        killed = f" (ended {ended} that outlived the stop with SIGKILL)" if ended else ""
+        return f"no process{where} left{stale}{killed}"
 
     def __str__(self) -> str:
         return self.render()
@@ -194,6 +202,18 @@ def process_gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def end_outliving(pids, seconds: float) -> tuple[list[int], list[int]]:
+    """Wait up to ``seconds`` for ``pids`` to exit, SIGKILL those still alive, and wait as long again: a stop
+    leaves nothing of its cluster running. Returns ``(ended, left)``: the pids it killed, and any still alive."""
+    ended = wait_until_gone(pids, seconds)
+    for pid in ended:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return ended, wait_until_gone(ended, seconds)
 
 
 def wait_until_gone(pids, seconds: float) -> list[int]:
