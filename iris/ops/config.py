@@ -32,7 +32,9 @@ class FusedConfig:
     ----------
     block_size_m, block_size_n, block_size_k, group_size_m : int
         Upstream's tiles and tile grouping for its fused Triton GEMM. Accepted (and checked, >= 1) so that
-        upstream code runs unchanged; no path here reads them: the GEMMs are cuBLAS's (``torch.matmul``).
+        upstream code runs unchanged; the GEMMs are cuBLAS's (``torch.matmul``), so only one thing reads them:
+        ``block_size_m x block_size_n`` are the tiles that matmul_reduce_scatter with upstream's full (M, N) out
+        hands out to the ranks (:mod:`iris.ops.owned_tiles`).
     num_sms : int or None
         Upstream's persistent grid; without effect here (the transfers are the copy engines', taking no SM).
     num_xcds, chunk_size : int
