@@ -262,10 +262,15 @@ def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace
     return reuse_or_allocate(ctx, workspace, key, grid, 1, (2 * n, torch.float32), group_of_call)
 
 
+def spinlock_tile(config: Config) -> int:
+    """Elements of one tile (one lock) of the spinlock variant: upstream's ``block_size_m x block_size_n``
+    tile, flattened."""
+    return config.block_size_m * config.block_size_n
+
+
 def spinlock_tiles(n: int, config: Config) -> int:
-    """Tiles (one lock each) of the spinlock variant over ``n`` elements: upstream's ``block_size_m x
-    block_size_n`` tile, flattened."""
-    return cdiv(n, config.block_size_m * config.block_size_n)
+    """Tiles (one lock each) of the spinlock variant over ``n`` elements."""
+    return cdiv(n, spinlock_tile(config))
 
 
 def spinlock_locks(ctx, workspace: Workspace, n: int, config: Config) -> torch.Tensor:
@@ -348,7 +353,7 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
                workspace.scratch, workspace.flags, workspace.epochs, n, chunk_size(n, world), WAIT_DONE=wait_done,
                HINT=hint((input_tensor, 0), (output_tensor, 0), (workspace.scratch, 0)), **common)
     elif variant == "spinlock":
-        tile = config.block_size_m * config.block_size_n
+        tile = spinlock_tile(config)
         launch(*recorded, spinlock_kernel, grid, ctx.get_device_context(), input_tensor, output_tensor,
                workspace.scratch, spinlock_locks(ctx, workspace, n, config), workspace.flags, workspace.epochs, n,
                TILE=tile, HINT=hint((workspace.scratch, 0), (workspace.scratch, n)) if tile >= MIN_BLOCK else None,

@@ -15,7 +15,7 @@ Examples
 from __future__ import annotations
 
 from .all_gather import all_gather
-from .all_reduce import all_reduce, all_reduce_preamble
+from .all_reduce import all_reduce, all_reduce_preamble, spinlock_tile
 from .all_to_all import all_to_all
 from .barrier import device_barrier
 from .config import Config
@@ -40,7 +40,7 @@ class CCL:
         variant = getattr(config, field) if field and config is not None else None
         # The spinlock all-reduce's workspace has a lock per tile: one kept for larger tiles has too few for
         # smaller ones (refused when passed in), so each tile size keeps its own.
-        tile = config.block_size_m * config.block_size_n if variant == "spinlock" else None
+        tile = spinlock_tile(config) if variant == "spinlock" else None
         return collective, variant, tile, group_ranks(group)
 
     def _cached(self, collective: str, config: Config | None, group=None) -> Workspace | None:
