@@ -50,8 +50,12 @@ class RankProcess:
         return json.loads(self.result_path.read_text())
 
 
-def start_ranks(world_size: int, target: str, *args, env: dict | None = None, workdir: Path | None = None):
-    """Start ``world_size`` processes running ``target`` ("module:function"), return their RankProcess list."""
+def start_ranks(world_size: int, target: str, *args, env: dict | None = None, workdir: Path | None = None,
+                rank_env=None):
+    """Start ``world_size`` processes running ``target`` ("module:function"), return their RankProcess list.
+
+    ``env`` is added to every rank's environment, then ``rank_env(rank)`` (a dict) to that rank's, e.g.
+    ``rank_env=lambda r: {"IRIS_HOST": f"host-{r // 2}"}`` to simulate two hosts of two ranks."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="iris-test-"))
     port = free_port()
     ranks = []
@@ -60,7 +64,7 @@ def start_ranks(world_size: int, target: str, *args, env: dict | None = None, wo
             **os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
             "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
             "PYTHONPATH": str(ROOT), "IRIS_TEST_RESULT": str(workdir / f"result{rank}.json"),
-            **(env or {}),
+            **(env or {}), **(rank_env(rank) if rank_env else {}),
         }
         log_path = workdir / f"rank{rank}.log"
         with open(log_path, "w") as log:
@@ -80,15 +84,18 @@ def stop(ranks) -> None:
         r.process.wait()
 
 
-def run_ranks(world_size: int, target: str, *args, timeout: float = 180, env: dict | None = None) -> list:
+def run_ranks(world_size: int, target: str, *args, timeout: float = 180, env: dict | None = None,
+              rank_env=None) -> list:
     """Run ``target`` on every rank and return the per-rank JSON results; raise with the logs if one fails.
-    The ranks' logs and results live in a temporary directory, removed afterwards."""
+    The ranks' logs and results live in a temporary directory, removed afterwards. ``env`` and ``rank_env``: as
+    :func:`start_ranks`."""
     with tempfile.TemporaryDirectory(prefix="iris-test-") as workdir:
-        return _run_in(Path(workdir), world_size, target, args, timeout, env)
+        return _run_in(Path(workdir), world_size, target, args, timeout, env, rank_env)
 
 
-def _run_in(workdir: Path, world_size: int, target: str, args: tuple, timeout: float, env: dict | None) -> list:
-    ranks = start_ranks(world_size, target, *args, env=env, workdir=workdir)
+def _run_in(workdir: Path, world_size: int, target: str, args: tuple, timeout: float, env: dict | None,
+            rank_env=None) -> list:
+    ranks = start_ranks(world_size, target, *args, env=env, workdir=workdir, rank_env=rank_env)
     deadline = time.monotonic() + timeout
     try:
         for r in ranks:
