@@ -60,7 +60,7 @@ def start_ranks(world_size: int, target: str, *args, env: dict | None = None, wo
     port = free_port()
     ranks = []
     for rank in range(world_size):
-        rank_env = {
+        environment = {
             **os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
             "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
             "PYTHONPATH": str(ROOT), "IRIS_TEST_RESULT": str(workdir / f"result{rank}.json"),
@@ -70,7 +70,7 @@ def start_ranks(world_size: int, target: str, *args, env: dict | None = None, wo
         with open(log_path, "w") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "tests.rank_main", target, json.dumps(list(args))],
-                cwd=ROOT, env=rank_env, stdout=log, stderr=subprocess.STDOUT,
+                cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT,
             )
         ranks.append(RankProcess(rank, process, workdir / f"result{rank}.json", log_path))
     return ranks
