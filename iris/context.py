@@ -39,6 +39,7 @@ from .gluon import IrisDeviceCtx as GluonContext  # noqa: F401  (upstream's name
 from .heap import SymmetricHeap, Usage
 from .ops.namespace import Ops
 from .sizes import parse_size
+from .topology import discover as discover_topology
 from .tracing import Tracing
 
 LATE_INTERPRETER = (
@@ -59,6 +60,8 @@ class Iris:
     device : str
         Upstream's string for the heap's device: ``"cuda:0"``, or ``"cpu"`` on the CPU backend
         (:meth:`get_device` gives the ``torch.device``).
+    topology : iris.topology.TopologyMap
+        Which ranks map each other's heaps and how every pair is linked (``ctx.topology.explain(0, 2)``).
     heap : iris.heap.SymmetricHeap
         The allocator and every rank's mapped heap (``heap.allocate(num_elements, dtype)``,
         ``heap.heap_bases``, as upstream's).
@@ -86,6 +89,7 @@ class Iris:
         requested = choose_check(check, self.backend, self.cur_rank)
         self.check = None
         self.debug_mode = bool(debug) if debug is not None else os.environ.get("IRIS_DEBUG", "0") not in ("", "0")
+        self.topology = discover_topology(self.group, self.backend)  # who maps whom (collective)
         self.heap = SymmetricHeap(parse_size(heap_size), self.group, self.backend)
         self.heap_size = self.heap.size
         self.device = str(self.heap.device)

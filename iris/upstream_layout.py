@@ -48,6 +48,7 @@ UPSTREAM_MODULES = {
     "iris.host.memory.tensors": "iris.tensor_creation",
     "iris.host.memory.symmetric_heap": "iris.heap",
     "iris.host.distributed.helpers": "iris.distributed",
+    "iris.host.distributed.topology": "iris.topology",
     "iris.host.tracing.events": "iris.tracing.events",
     "iris.host.tracing.core": "iris.tracing.host",
     "iris.mem.triton.ops": "iris.device",
