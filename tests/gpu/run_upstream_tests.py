@@ -34,6 +34,10 @@ One change of a test's call, only when asked: ``--max-heap SIZE`` makes ``iris.i
 most SIZE per rank (upstream's tests ask for 8 GiB per rank; on the CPU backend every rank's heap is a file in
 /dev/shm, and iris refuses heaps that /dev/shm cannot hold: 4 ranks need 32 GiB). The run's output says so.
 
+``--shards n`` runs each folder's tests as n torchruns at once (each keeps every n-th of the tests collected,
+in pytest's order, the same on every rank): on the CPU backend a rank keeps one core busy, so a many-core
+machine runs a slow folder n times sooner.
+
 Each rank writes a JUnit report; the table says, per test, the outcome on every rank (``passed`` only when
 every rank passed; ranks that disagree make it ``failed``). Exit status 0 when every test passed or was skipped
 on every rank.
@@ -65,6 +69,7 @@ OURS = HERE.parents[1]
 WORKER = "IRIS_UPSTREAM_TESTS_WORKER"  # set in the ranks' environment: this file then runs as a rank
 REPORTS = "IRIS_UPSTREAM_TESTS_REPORTS"  # where each rank writes its JUnit report
 MAX_HEAP = "IRIS_UPSTREAM_TESTS_MAX_HEAP"  # --max-heap
+SHARD = "IRIS_UPSTREAM_TESTS_SHARD"  # "k/n" with --shards n: this run keeps every n-th test from the k-th
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
@@ -132,6 +137,19 @@ def die_with_parent() -> None:
             os._exit(1)
 
 
+class KeepShard:
+    """A pytest plugin: keep the collected tests whose position is ``shard`` modulo ``shards``. Every rank
+    collects the same tests in the same order, so the ranks of one shard run the same tests together."""
+
+    def __init__(self, shard: int, shards: int):
+        self.shard, self.shards = shard, shards
+
+    def pytest_collection_modifyitems(self, config, items):
+        kept = [item for position, item in enumerate(items) if position % self.shards == self.shard]
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
 def run_rank(pytest_args: list[str]) -> int:
     """One rank: torch.distributed up, this project's iris imported, then pytest on upstream's files."""
     die_with_parent()
@@ -147,8 +165,9 @@ def run_rank(pytest_args: list[str]) -> int:
     backend = place_ranks_on_this_machine(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group(backend=backend)
     report = Path(os.environ[REPORTS]) / f"rank{os.environ['RANK']}.xml"
+    plugins = [KeepShard(*map(int, os.environ[SHARD].split("/")))] if os.environ.get(SHARD) else []
     try:
-        return pytest.main([*pytest_args, "-p", "no:cacheprovider", f"--junitxml={report}"])
+        return pytest.main([*pytest_args, "-p", "no:cacheprovider", f"--junitxml={report}"], plugins=plugins)
     finally:
         dist.destroy_process_group()
 
@@ -236,27 +255,50 @@ def _names(names: list[str], shown: int = 3) -> str:
 
 
 def run_path(path: str, upstream: Path, args, pytest_args: list[str]) -> dict:
-    """One torchrun of pytest over ``path`` (a folder or file of upstream's, or a glob of them: one run for all it
-    matches); its tests' outcomes and status."""
+    """Pytest over ``path`` (a folder or file of upstream's, or a glob of them: one run for all it matches) in
+    ``args.shards`` torchruns at once, each keeping every n-th test; its tests' outcomes and status."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from upstream_programs import run_in_own_group
 
     targets = sorted(str(match.relative_to(upstream)) for match in upstream.glob(path)) or [path]
 
-    with tempfile.TemporaryDirectory(prefix="iris-upstream-tests-") as reports:
+    def shard(k: int, reports: str) -> tuple[int | None, str, float, list[dict]]:
         paths = os.pathsep.join(filter(None, [str(OURS), os.environ.get("PYTHONPATH", "")]))
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=paths,
-                   **{WORKER: "1", REPORTS: reports, MAX_HEAP: args.max_heap or ""})
+                   **{WORKER: "1", REPORTS: reports, MAX_HEAP: args.max_heap or "",
+                      SHARD: f"{k}/{args.shards}" if args.shards > 1 else ""})
         # Upstream's rootdir and no ini file: a checkout inside another project (this one) must not get that
         # project's pytest settings; a module that fails to import is reported and the others still run.
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ranks}",
                    str(Path(__file__).resolve()), *targets, f"--rootdir={upstream}", "-c", os.devnull,
                    "--continue-on-collection-errors", *pytest_args]
         returncode, output, seconds = run_in_own_group(command, upstream, env, args.timeout)
-        per_rank = [outcomes(report) for report in sorted(Path(reports).glob("rank*.xml"))]
-    status = "timed out" if returncode is None else f"exit status {returncode}"
-    if len(per_rank) < args.ranks:  # pytest writes its report when it ends
-        status += f", {args.ranks - len(per_rank)} rank(s) wrote no report"
-    return {"path": path, "output": output, "seconds": seconds, "status": status, "returncode": returncode,
+        return returncode, output, seconds, [outcomes(report) for report in sorted(Path(reports).glob("rank*.xml"))]
+
+    with tempfile.TemporaryDirectory(prefix="iris-upstream-tests-") as reports:
+        folders = [Path(reports) / f"shard{k}" for k in range(args.shards)]
+        for folder in folders:
+            folder.mkdir()
+        with ThreadPoolExecutor(args.shards) as pool:
+            shards = list(pool.map(shard, range(args.shards), map(str, folders)))
+    # pytest's 5, "no tests ran", from a shard left without tests (fewer tests than shards) is no failure
+    returncodes = [0 if args.shards > 1 and returncode == 5 else returncode for returncode, *_ in shards]
+    if None in returncodes:
+        status = f"timed out ({returncodes.count(None)} of {args.shards} shards)" if args.shards > 1 else "timed out"
+    else:
+        status = f"exit status {max(returncodes, key=abs)}"
+    silent = sum(args.ranks - len(per_rank) for *_, per_rank in shards)
+    if silent:  # pytest writes its report when it ends
+        status += f", {silent} rank(s) wrote no report"
+    # each rank's tests: the union of its reports from every shard (a shard's tests are its own)
+    per_rank = [{name: result for *_, reports_of in shards if rank < len(reports_of)
+                 for name, result in reports_of[rank].items()} for rank in range(args.ranks)]
+    per_rank = [results for results in per_rank if results]
+    output = "\n".join(f"--- shard {k} of {args.shards}\n{text}" if args.shards > 1 else text
+                       for k, (_, text, _, _) in enumerate(shards))
+    return {"path": path, "output": output, "seconds": max(seconds for _, _, seconds, _ in shards), "status": status,
+            "returncode": None if None in returncodes else max(returncodes, key=abs),
             "tests": combine(per_rank, args.ranks) if per_rank else {}}
 
 
@@ -268,6 +310,9 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=900, help="seconds for each folder or file")
     parser.add_argument("--max-heap", help="ask iris.iris for at most this heap per rank (e.g. 1GiB)")
+    parser.add_argument("--shards", type=int, default=1, help="run each folder's tests as this many torchruns at "
+                        "once, each keeping every n-th test (a many-core machine; the CPU backend's interpreter "
+                        "uses one core per rank)")
     parser.add_argument("--markdown", type=Path, help="also write the per-folder summary here, as Markdown")
     args, pytest_args = parser.parse_known_args()
     pytest_args = [a for a in pytest_args if a != "--"]
