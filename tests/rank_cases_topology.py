@@ -13,8 +13,9 @@ BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")  # tests/gpu runs these sam
 
 def topology_of_context():
     """The context's map, as this rank sees it."""
-    import iris
     from iris.host.distributed.topology import TopologyMap
+
+    import iris
 
     ctx = iris.iris("1MiB", backend=BACKEND)
     topo = ctx.topology

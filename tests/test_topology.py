@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from iris.topology import (
-    FabricInfo, GPUInfo, InterconnectLevel, IntraNodeLinkType, RankRecord, TopologyDiscovery, TopologyMap,
+    FabricInfo,
+    GPUInfo,
+    InterconnectLevel,
+    IntraNodeLinkType,
+    RankRecord,
+    TopologyDiscovery,
+    TopologyMap,
     this_host,
 )
 from iris.topology.nvidia import normalize_pci_bus_id
@@ -14,17 +20,18 @@ from iris.topology.nvidia import normalize_pci_bus_id
 from .multirank import run_ranks
 
 CASES = "tests.rank_cases_topology"
+pytestmark = pytest.mark.usefixtures("no_heap_files_left_behind")
 L = IntraNodeLinkType
 NVL, PCI = L.NVLINK.value, L.PCIE_HOST_BRIDGE.value
 
 
-def _gpu(rank, host, gpu_id, fabric=FabricInfo()):
+def _gpu(rank, host, gpu_id, fabric=None):
     return GPUInfo(global_rank=rank, local_rank=-1, hostname=host, gpu_id=gpu_id,
                    pci_bus_id=f"0000:{0x19 + gpu_id:02x}:00.0", device_name="H100", total_memory_mb=81559,
-                   numa_node=0, vendor="nvidia", uuid=f"GPU-{host}-{gpu_id}", fabric_info=fabric)
+                   numa_node=0, vendor="nvidia", uuid=f"GPU-{host}-{gpu_id}", fabric_info=fabric or FabricInfo())
 
 
-def _two_hosts(fabric_b: FabricInfo = FabricInfo()) -> TopologyMap:
+def _two_hosts(fabric_b: FabricInfo | None = None) -> TopologyMap:
     """host-a: ranks 0-1 on GPUs 0 and 1 over NVLink; host-b: ranks 2-3 on GPUs 0 and 1 over PCIe (host
     bridge), with ``fabric_b`` on rank 3's GPU; host-a's GPUs in fabric domain aa:1."""
     fabric_a = FabricInfo("aa", 1)
@@ -126,3 +133,39 @@ def test_discovery_needs_discover_first():
     discovery.rank, discovery._topology = 0, None
     with pytest.raises(RuntimeError, match="call discover"):
         discovery.get_communication_groups()
+
+
+# -- the workbench's view ----------------------------------------------------------------------------------
+
+def test_view_static_form_shows_the_matrix_hosts_legend_and_summary():
+    import html
+
+    from workbench.widgets.static import WIDGET_VIEW
+    from workbench.widgets.topology_view import TopologyView
+
+    topo = _two_hosts()
+    view = TopologyView(topo)
+    bundle = view._repr_mimebundle_()
+    assert bundle[WIDGET_VIEW]["model_id"] == view.model_id  # the widget, and beside it its static form
+    assert bundle["text/plain"] == f"TopologyView: {topo.headline()}"
+    page = bundle["text/html"]
+    assert page.count("<svg") == 1 and page.count("<rect") == 16 + 2  # 4 x 4 cells, 2 hosts outlined
+    for words in ("rank 0 · host-a", "rank 3 · host-b", "NV = NVLINK", "PHB = PCIE_HOST_BRIDGE", "NET = NETWORK",
+                  "self = SELF", html.escape(topo.explain(3, 0)), "host host-b: 2 GPUs, ranks 2-3"):
+        assert words in page, words
+
+
+def test_workbench_topology_is_one_call_on_a_running_cluster():
+    import socket
+
+    import workbench
+
+    wb = workbench.start(n=2, backend="cpu", heap_size="1MiB", timeout=120)
+    try:
+        view = workbench.topology()
+    finally:
+        report = wb.stop()
+    assert report.ok, report
+    assert view.topology.hosts == [socket.gethostname()] * 2 and view.topology.domains() == [[0, 1]]
+    assert "SHM = SHARED_MEMORY" in view._repr_mimebundle_()["text/html"]
+    assert view.summary().startswith(f"TopologyView: 2 ranks on 1 host ({socket.gethostname()}: ranks 0-1)")

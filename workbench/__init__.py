@@ -156,6 +156,19 @@ def traffic(need=None, launch=None):
     return _traffic_view(need, launch)
 
 
+def topology():
+    """Who reaches whom among the ranks: a :class:`~workbench.widgets.topology_view.TopologyView` of
+    ``ctx.topology`` (rank x rank matrix coloured by link, ranks by host, the summary line; static form included).
+
+    Examples
+    --------
+    >>> workbench.topology()                         # doctest: +SKIP
+    """
+    from .widgets import TopologyView
+
+    return TopologyView(current().pull("ctx.topology", ranks=[0])[0])
+
+
 def load_ipython_extension(ipython) -> None:
     """``%load_ext workbench``: register the ``%iris`` and ``%%iris_kernel`` magics."""
     from .magics import IrisMagics
@@ -165,5 +178,6 @@ def load_ipython_extension(ipython) -> None:
 
 __all__ = [
     "CellReport", "RankError", "RankResult", "StopReport", "Workbench", "WorkbenchError",
-    "bench", "current", "heap", "load_ipython_extension", "remote", "show", "start", "timeline", "traffic",
+    "bench", "current", "heap", "load_ipython_extension", "remote", "show", "start", "timeline", "topology",
+    "traffic",
 ]

@@ -8,7 +8,7 @@ Examples
 --------
 >>> this_host() == (os.environ.get("IRIS_HOST") or socket.gethostname())
 True
->>> topo = discover(group, "cpu")                      # doctest: +SKIP  (collective: every rank calls it)
+>>> topo = discover(group, "cpu")    # collective: every rank calls it    # doctest: +SKIP
 >>> topo.domains()                                     # doctest: +SKIP
 [[0, 1], [2, 3]]
 """

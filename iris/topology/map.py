@@ -160,6 +160,23 @@ class NodeInfo:
         return bool(self.p2p_access[gpu_id_a][gpu_id_b])
 
 
+def rank_runs(ranks) -> list[list[int]]:
+    """The ranks sorted and cut into runs of consecutive ones: ``[5, 0, 1, 2]`` -> ``[[0, 1, 2], [5]]``.
+
+    Examples
+    --------
+    >>> rank_runs([5, 0, 1, 2])
+    [[0, 1, 2], [5]]
+    """
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return runs
+
+
 def rank_ranges(ranks) -> str:
     """``[0, 1, 2, 5]`` -> ``"ranks 0-2, 5"``; ``[3]`` -> ``"rank 3"``.
 
@@ -168,14 +185,7 @@ def rank_ranges(ranks) -> str:
     >>> rank_ranges([0, 1, 2, 5]), rank_ranges([3])
     ('ranks 0-2, 5', 'rank 3')
     """
-    ranks = sorted(ranks)
-    runs: list[list[int]] = []
-    for r in ranks:
-        if runs and r == runs[-1][-1] + 1:
-            runs[-1].append(r)
-        else:
-            runs.append([r])
-    text = ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
+    text = ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in rank_runs(ranks))
     return f"{'ranks' if len(ranks) > 1 else 'rank'} {text}"
 
 
@@ -282,7 +292,9 @@ class TopologyMap:
 
     def get_ranks_for_fabric_domain(self, domain_key: str) -> list[int]:
         """The ranks whose GPUs are in fabric domain ``domain_key``, sorted ([] for an unknown or empty key)."""
-        return sorted(r for r, info in self.gpu_info.items() if domain_key and info.fabric_info.domain_key == domain_key)
+        if not domain_key:
+            return []
+        return sorted(r for r, info in self.gpu_info.items() if info.fabric_info.domain_key == domain_key)
 
     # -- ours ---------------------------------------------------------------------------------------------
     @property
@@ -320,8 +332,8 @@ class TopologyMap:
         Examples
         --------
         >>> records = [RankRecord(GPUInfo.for_cpu_rank(r, h)) for r, h in enumerate(["a", "a", "b", "b"])]
-        >>> print(TopologyMap.from_records(records).explain(0, 2))
-        rank 0 (a) cannot address rank 2's heap (b): they reach each other only over the network (torch.distributed); ranks 0-1 share a and ranks 2-3 share b.
+        >>> TopologyMap.from_records(records).explain(0, 2).split(": ")[0]
+        "rank 0 (a) cannot address rank 2's heap (b)"
         """
         a, b = self._info(rank_a), self._info(rank_b)
         if rank_a == rank_b:

@@ -133,8 +133,10 @@ class Nvml:
             active, kind = ctypes.c_uint(), ctypes.c_int()
             if self._lib.nvmlDeviceGetNvLinkState(handle, link, ctypes.byref(active)) != _NVML_SUCCESS:
                 continue
-            if active.value and self._lib.nvmlDeviceGetNvLinkRemoteDeviceType(
-                    handle, link, ctypes.byref(kind)) == _NVML_SUCCESS and kind.value == _NVML_NVLINK_DEVICE_TYPE_SWITCH:
+            if not active.value:
+                continue
+            rc = self._lib.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link, ctypes.byref(kind))
+            if rc == _NVML_SUCCESS and kind.value == _NVML_NVLINK_DEVICE_TYPE_SWITCH:
                 return True
         return False
 
