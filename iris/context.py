@@ -18,6 +18,7 @@ Run with ``torchrun --nproc_per_node=2 script.py``:
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 import weakref
@@ -37,6 +38,8 @@ from .device import DeviceContext as TritonContext  # noqa: F401  (upstream's na
 from .distributed import HostGroup
 from .gluon import IrisDeviceCtx as GluonContext  # noqa: F401  (upstream's name, iris.context.GluonContext)
 from .heap import SymmetricHeap, Usage
+from .heap.reach import unreachable
+from .interpret.unmapped_peers import watch as watch_unmapped_peers
 from .ops.namespace import Ops
 from .sizes import parse_size
 from .topology import discover as discover_topology
@@ -90,7 +93,9 @@ class Iris:
         self.check = None
         self.debug_mode = bool(debug) if debug is not None else os.environ.get("IRIS_DEBUG", "0") not in ("", "0")
         self.topology = discover_topology(self.group, self.backend)  # who maps whom (collective)
-        self.heap = SymmetricHeap(parse_size(heap_size), self.group, self.backend)
+        self.heap = SymmetricHeap(parse_size(heap_size), self.group, self.backend, topology=self.topology)
+        if self.heap.reachable is not None and self.backend == "cpu":  # kernels addressing other hosts: refused
+            watch_unmapped_peers(functools.partial(unreachable, self.topology, self.cur_rank))
         self.heap_size = self.heap.size
         self.device = str(self.heap.device)
         self.gpu_id = self.heap.device.index if self.backend == "cuda" else None

@@ -16,6 +16,11 @@ Debug mode (``IRIS_DEBUG=1`` or ``iris.iris(..., debug=True)``) makes :func:`tra
 each translated pointer lies in the heap it is translated from: a bad pointer is then an error naming
 the kernel and rank instead of a segfault or silent corruption. See :func:`enable_debug_checks`.
 
+A rank whose heap this process does not map (on another host: its base is 0) cannot be addressed. On the CPU
+interpreter :func:`translate` refuses it always, with an error naming both ranks, their hosts and what connects
+them (:mod:`iris.interpret.unmapped_peers`); on a GPU debug mode asserts it, and without debug mode the access
+faults (an illegal address: the bare heap offset), never reaching another buffer.
+
 Examples
 --------
 >>> @triton.jit
@@ -33,6 +38,7 @@ import triton.language as tl
 from triton.language.core import _aggregate as aggregate
 
 from . import tile_collectives
+from .interpret import unmapped_peers
 from .interpret.kernel_errors import RaisedAsIs
 from .tracing.device import DeviceTracing, initialize_tracing
 from .tracing.events import TRACING_SLOTS, TraceEvent
@@ -50,6 +56,9 @@ _SIZE_BEFORE_BASES = tl.constexpr(-1)
 
 OUT_OF_HEAP = "iris debug: pointer outside the symmetric heap it is translated from"
 _OUT_OF_HEAP = tl.constexpr(OUT_OF_HEAP)  # jit code reads only constexpr globals
+UNMAPPED = ("iris debug: pointer translated to a rank whose heap this rank does not map (another host: base 0); "
+            "ctx.topology.explain(rank, peer) says what connects them")
+_UNMAPPED = tl.constexpr(UNMAPPED)
 _WRONG_RANK = tl.constexpr(
     "iris debug: DeviceContext.initialize got a rank or world_size other than the context tensor's; "
     "launch with rank=ctx.get_rank(), world_size=ctx.get_num_ranks()")
@@ -244,10 +253,14 @@ def translate(ptr, from_rank, to_rank, heap_bases, hint: tl.constexpr = None, ma
     >>> peer_ptrs = translate(buf + offs, rank, peer, heap_bases, hint=16)   # doctest: +SKIP
     """
     offset = ptr.to(tl.int64) - tl.load(heap_bases + from_rank)
+    base = tl.load(heap_bases + to_rank)
+    if unmapped_peers.checks_on():  # interpreter only: a rank on another host (base 0) is a clear error
+        unmapped_peers.refuse_unmapped(base, to_rank, mask)
     if _debug_checks_on():
         heap_size = tl.load(heap_bases + heap_size_index)
         tl.device_assert((offset >= 0) & (offset < heap_size), _OUT_OF_HEAP, mask=mask)
-    remote = (tl.load(heap_bases + to_rank) + offset).to(ptr.dtype)
+        tl.device_assert(base != 0, _UNMAPPED, mask=mask)
+    remote = (base + offset).to(ptr.dtype)
     if hint is not None:
         remote = tl.max_contiguous(tl.multiple_of(remote, hint), hint)
     return remote

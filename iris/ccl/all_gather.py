@@ -29,7 +29,7 @@ import triton.language as tl
 from .config import ALL_GATHER_VARIANTS, Config
 from .fast_path import call_key, launch, replay
 from .gluon_layouts import flat_layout, warp_threads
-from .groups import GroupContext, members
+from .groups import GroupContext, kernel_members
 from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
 from .launch import block_size, cdiv, check_tensors, hint, overlaps, programs
 from .sync import exchange
@@ -131,7 +131,7 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     if replay(ctx, workspace, call, tensors):  # the same call as before: checked, planned and compiled
         return workspace
     config = config or Config()
-    group_of_call = members(ctx, group, "all_gather")
+    group_of_call = kernel_members(ctx, group, "all_gather")
     check_tensors(ctx, "all_gather", output_tensor, input_tensor)
     world, rank, n = group_of_call.size, group_of_call.rank, input_tensor.numel()
     expected = (world * input_tensor.shape[0], *input_tensor.shape[1:]) if input_tensor.dim() else (world,)

@@ -44,7 +44,7 @@ import triton.language as tl
 
 from .config import MIN_BLOCK, Config, refuse_gluon
 from .fast_path import call_key, launch, replay
-from .groups import GroupContext, Members, members
+from .groups import GroupContext, Members, kernel_members
 from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
 from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
 from .reduce_scatter import SLOTS as TWO_SHOT_SLOTS
@@ -234,7 +234,7 @@ def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace
     >>> ws = iris.ccl.all_reduce_preamble(out, inp, ctx)    # doctest: +SKIP
     """
     config = config or Config()
-    group_of_call = group if isinstance(group, Members) else members(ctx, group, "all_reduce")
+    group_of_call = group if isinstance(group, Members) else kernel_members(ctx, group, "all_reduce")
     n, world = input_tensor.numel(), group_of_call.size
     variant = config.all_reduce_variant or choose_variant(n * input_tensor.element_size(), world)
     block = block_size(ctx, config)
@@ -326,7 +326,7 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
     config = config or Config()
     check_op(ctx, op)
     refuse_gluon(ctx, config, "all_reduce")
-    group_of_call = members(ctx, group, "all_reduce")
+    group_of_call = kernel_members(ctx, group, "all_reduce")
     check_tensors(ctx, "all_reduce", output_tensor, input_tensor, reduce=True)
     workspace = all_reduce_preamble(output_tensor, input_tensor, ctx, config, workspace, group_of_call)
     variant = workspace.key[1]

@@ -19,7 +19,7 @@ import triton.language as tl
 from .config import Config
 from .fast_path import call_key, launch, replay
 from .gluon_layouts import tile_layout, warp_threads
-from .groups import GroupContext, members
+from .groups import GroupContext, kernel_members
 from .launch import cdiv, check_tensors, overlaps, programs
 from .sync import exchange
 from .workspace import Workspace, reuse_or_allocate
@@ -90,7 +90,7 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     if replay(ctx, workspace, call, tensors):  # the same call as before: checked, planned and compiled
         return workspace
     config = config or Config()
-    group_of_call = members(ctx, group, "all_to_all")
+    group_of_call = kernel_members(ctx, group, "all_to_all")
     check_tensors(ctx, "all_to_all", output_tensor, input_tensor)
     world, rank = group_of_call.size, ctx.cur_rank
     if input_tensor.dim() != 2 or input_tensor.shape[1] % world or output_tensor.shape != input_tensor.shape:

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .fast_path import call_key, launch, replay
-from .groups import GroupContext, members
+from .groups import GroupContext, kernel_members
 from .sync import exchange
 from .workspace import Workspace, reuse_or_allocate
 
@@ -61,7 +61,7 @@ def device_barrier(ctx, group=None, workspace: Workspace | None = None) -> Works
     call = call_key("barrier", (), None, False, group=group)
     if replay(ctx, workspace, call, ()):
         return workspace
-    group_of_call = members(ctx, group, "device_barrier")
+    group_of_call = kernel_members(ctx, group, "device_barrier")
     workspace = reuse_or_allocate(ctx, workspace, ("barrier", "flags", group_of_call.key), 1, 1,
                                   members=group_of_call)
     launch(workspace, call, (), device_barrier_kernel, (1,), ctx.get_device_context(), workspace.flags,

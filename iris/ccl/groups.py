@@ -125,6 +125,35 @@ def members(ctx, group, collective: str = "collective") -> Members:
     return Members(ranks, ranks.index(rank), ctx.num_ranks, group)
 
 
+def kernel_members(ctx, group, collective: str = "collective") -> Members:
+    """:func:`members`, for a call whose kernels address every member's heap: refused when the members span
+    several domains (hosts), whose heaps this rank does not map. A one-domain world pays one attribute test.
+
+    Raises
+    ------
+    NotImplementedError
+        Naming the domains, how two of the ranks are connected, and what to use instead.
+
+    Examples
+    --------
+    >>> kernel_members(ctx, tp_group, "all_reduce")          # a group inside one host  # doctest: +SKIP
+    Members(ranks=(0, 1), rank=0, num_ranks=4, group=<ProcessGroup>)
+    """
+    found = members(ctx, group, collective)
+    across = getattr(getattr(ctx, "ccl", None), "across", None)  # iris.ccl.across_domains.AcrossDomains
+    if across is None:
+        return found
+    spanned = sorted({across.domain_index[r] for r in found.ranks})
+    if len(spanned) > 1:
+        first, other = (across.domains[d][0] for d in spanned[:2])
+        raise NotImplementedError(
+            f"rank {ctx.cur_rank}: {collective} over ranks {list(found.ranks)} spans {len(spanned)} domains "
+            f"({', '.join(str(across.domains[d]) for d in spanned)}): its kernels address every member's heap, "
+            f"and {ctx.topology.explain(first, other)} Use ctx.ccl's collectives with group=None (they cross "
+            "domains over torch.distributed), or a group inside one domain")
+    return found
+
+
 def extract_group_info(group, ctx) -> tuple[int, int, int, int, int]:
     """Upstream Iris's view of a group: ``(rank_in_group, rank_global, world_size, rank_start, rank_stride)``.
 

@@ -3,7 +3,8 @@
 It keeps the most recent workspace of each collective, requested variant and process group (each group has its
 own flags, :mod:`iris.ccl.groups`), so repeated calls with the same shapes allocate nothing and may be
 captured in a CUDA graph once a first call has run outside the capture; repeated calls with the same tensors
-relaunch the kernel directly (:mod:`iris.ccl.fast_path`).
+relaunch the kernel directly (:mod:`iris.ccl.fast_path`). When the world spans several domains (hosts), calls over
+every rank go through :mod:`iris.ccl.across_domains` (our kernels in each domain, torch.distributed between them).
 
 Examples
 --------
@@ -15,6 +16,7 @@ Examples
 from __future__ import annotations
 
 from .all_gather import all_gather
+from .across_domains import AcrossDomains
 from .all_reduce import all_reduce, all_reduce_preamble, spinlock_tile
 from .all_to_all import all_to_all
 from .barrier import device_barrier
@@ -33,6 +35,7 @@ class CCL:
     def __init__(self, ctx):
         self._ctx = ctx
         self._workspaces: dict[tuple, Workspace] = {}
+        self.across = AcrossDomains.of(ctx)  # None in a world of one domain: every call takes today's path
 
     @staticmethod
     def _key(collective: str, config: Config | None, group) -> tuple:
@@ -54,6 +57,9 @@ class CCL:
         """The workspace :meth:`all_reduce` over every rank would use for these tensors (allocated now if needed;
         upstream's signature: for a group's, call :func:`iris.ccl.all_reduce_preamble` with ``group=``)."""
         workspace = workspace or self._cached("all_reduce", config)
+        if self.across is not None:
+            return self._keep("all_reduce", config,
+                              self.across.all_reduce_preamble(output_tensor, input_tensor, config, workspace))
         return self._keep("all_reduce", config,
                           all_reduce_preamble(output_tensor, input_tensor, self._ctx, config, workspace))
 
@@ -61,28 +67,43 @@ class CCL:
                    workspace=None) -> Workspace:
         """Sum over ranks into ``output_tensor``; returns the workspace (see :func:`iris.ccl.all_reduce`)."""
         workspace = workspace or self._cached("all_reduce", config, group)
+        if self.across is not None and self.across.spans(group):
+            return self._keep("all_reduce", config,
+                              self.across.all_reduce(output_tensor, input_tensor, op, config, workspace), group)
         return self._keep("all_reduce", config, all_reduce(output_tensor, input_tensor, self._ctx, op, group,
                                                            async_op, config, workspace), group)
 
     def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None) -> Workspace:
         """Concatenate every rank's input along dim 0 (see :func:`iris.ccl.all_gather`)."""
+        if self.across is not None and self.across.spans(group):
+            return self._keep("all_gather", config, self.across.all_gather(
+                output_tensor, input_tensor, config, self._cached("all_gather", config, group)), group)
         return self._keep("all_gather", config, all_gather(output_tensor, input_tensor, self._ctx, group, async_op,
                                                            config, self._cached("all_gather", config, group)), group)
 
     def all_to_all(self, output_tensor, input_tensor, group=None, async_op=False, config=None) -> Workspace:
         """Column chunk j of the input to rank j (see :func:`iris.ccl.all_to_all`)."""
+        if self.across is not None and self.across.spans(group):
+            return self._keep("all_to_all", None, self.across.all_to_all(
+                output_tensor, input_tensor, config, self._cached("all_to_all", None, group)), group)
         return self._keep("all_to_all", None, all_to_all(output_tensor, input_tensor, self._ctx, group, async_op,
                                                          config, self._cached("all_to_all", None, group)), group)
 
     def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False,
                        config=None) -> Workspace:
         """This rank's chunk of the sum over ranks (see :func:`iris.ccl.reduce_scatter`)."""
+        if self.across is not None and self.across.spans(group):
+            return self._keep("reduce_scatter", None, self.across.reduce_scatter(
+                output_tensor, input_tensor, op, config, self._cached("reduce_scatter", None, group)), group)
         return self._keep("reduce_scatter", None, reduce_scatter(
             output_tensor, input_tensor, self._ctx, op, group, async_op, config,
             self._cached("reduce_scatter", None, group)), group)
 
     def barrier(self, group=None) -> None:
         """Device-side barrier over ``group``'s ranks (None: all; see :func:`iris.ccl.device_barrier`)."""
+        if self.across is not None and self.across.spans(group):
+            self._keep("barrier", None, self.across.barrier(self._cached("barrier", None, group)), group)
+            return
         self._keep("barrier", None, device_barrier(self._ctx, group, self._cached("barrier", None, group)), group)
 
     def barrier_state(self) -> dict:

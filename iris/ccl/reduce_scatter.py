@@ -25,7 +25,7 @@ import triton.language as tl
 
 from .config import Config, refuse_gluon
 from .fast_path import call_key, launch, replay
-from .groups import GroupContext, members
+from .groups import GroupContext, kernel_members
 from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
 from .sync import exchange
 from .workspace import reuse_or_allocate
@@ -136,7 +136,7 @@ def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_
     config = config or Config()
     check_op(ctx, op)
     refuse_gluon(ctx, config, "reduce_scatter")
-    group_of_call = members(ctx, group, "reduce_scatter")
+    group_of_call = kernel_members(ctx, group, "reduce_scatter")
     check_tensors(ctx, "reduce_scatter", output_tensor, input_tensor, reduce=True)
     if overlaps(output_tensor, input_tensor) and output_tensor.data_ptr() != input_tensor.data_ptr():
         raise ValueError(f"rank {ctx.cur_rank}: reduce_scatter output partly overlaps the input; use the same "

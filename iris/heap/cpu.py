@@ -9,9 +9,12 @@ files of the same kind, one per rank too, named here with the role ``shadow``.
 
 Examples
 --------
->>> memory = ShmHeapMemory(size=1 << 20, group=group)    # doctest: +SKIP
->>> memory.bases                                          # doctest: +SKIP
+>>> memory = ShmHeapMemory(size=1 << 20, group=group, reachable=[True, True])    # doctest: +SKIP
+>>> memory.bases                                                                  # doctest: +SKIP
 [139872512000000, 139872494174208]
+
+Ranks on other hosts (``reachable[r]`` False, see :meth:`iris.topology.TopologyMap.can_map`) are not mapped:
+their files are neither opened nor looked for, and their base is 0.
 """
 
 from __future__ import annotations
@@ -108,22 +111,29 @@ class ShmHeapMemory:
         Bytes per rank (rounded up to whole pages).
     group : iris.distributed.HostGroup
         The ranks that share heaps.
+    reachable : list of bool, optional
+        ``reachable[r]``: this rank maps rank r's heap (ranks of this host); an unmapped rank's base is 0.
+        None: every rank.
     """
 
     device = torch.device("cpu")
 
-    def __init__(self, size: int, group):
+    def __init__(self, size: int, group, reachable=None):
         self.size = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
         self.rank = group.rank
         remove_stale_heap_files()
-        _check_room(self.size * group.world_size, group.rank)
-        self._mappings: list[mmap.mmap] = []
-        for fd in open_rank_files(self.size, group, "heap"):
+        reachable = reachable or [True] * group.world_size
+        _check_room(self.size * sum(reachable), group.rank)
+        self._mappings: list[mmap.mmap | None] = []
+        for fd in open_rank_files(self.size, group, "heap", reachable):
+            if fd is None:
+                self._mappings.append(None)
+                continue
             try:
                 self._mappings.append(mmap.mmap(fd, self.size))
             finally:
                 os.close(fd)
-        self.bases = [_address_of(m) for m in self._mappings]
+        self.bases = [0 if m is None else _address_of(m) for m in self._mappings]
 
     def view(self, rank: int, offset: int, nbytes: int):
         """``(tensor, owner)``: a 1-D uint8 tensor over ``nbytes`` of rank's heap from ``offset``.
@@ -143,16 +153,17 @@ class ShmHeapMemory:
         dst.copy_(src)
 
 
-def open_rank_files(size: int, group, role: str) -> list[int]:
-    """Every rank's file of ``role``, ``size`` bytes (sparse), open read-write; collective.
+def open_rank_files(size: int, group, role: str, reachable=None) -> list[int | None]:
+    """Every reachable rank's file of ``role``, ``size`` bytes (sparse), open read-write; collective.
 
-    Each rank creates its own file (mode 0600), opens every other rank's, and unlinks its own once every
-    rank has opened them all, so that nothing is left in /dev/shm whatever happens to the ranks later.
+    Each rank creates its own file (mode 0600), opens every other rank's that ``reachable`` names (None:
+    every rank; ranks on other hosts have their files in another /dev/shm), and unlinks its own once every
+    rank has opened what it needs, so that nothing is left in /dev/shm whatever happens to the ranks later.
 
     Returns
     -------
-    list of int
-        File descriptors in rank order; the caller maps and closes them.
+    list of int or None
+        File descriptors in rank order, None for a rank not reachable; the caller maps and closes them.
 
     Examples
     --------
@@ -166,7 +177,7 @@ def open_rank_files(size: int, group, role: str) -> list[int]:
             os.ftruncate(opened[group.rank], size)
             paths = group.all_gather_object(own_path)
             for rank, path in enumerate(paths):
-                if rank != group.rank:
+                if rank != group.rank and (reachable is None or reachable[rank]):
                     opened[rank] = _open(path, rank, group.rank)
             group.barrier()  # every rank has opened every file: the names are no longer needed
         except BaseException:
@@ -175,7 +186,7 @@ def open_rank_files(size: int, group, role: str) -> list[int]:
             raise
     finally:
         _unlink_quietly(own_path)
-    return [opened[rank] for rank in range(len(paths))]
+    return [opened.get(rank) for rank in range(len(paths))]
 
 
 def _open(path: str, rank: int, own_rank: int) -> int:
@@ -183,8 +194,9 @@ def _open(path: str, rank: int, own_rank: int) -> int:
         return os.open(path, os.O_RDWR)
     except FileNotFoundError as err:
         raise RuntimeError(
-            f"rank {own_rank}: rank {rank}'s heap file {path} is missing: the ranks must run on one machine "
-            "and share /dev/shm (the CPU backend does not span machines)"
+            f"rank {own_rank}: rank {rank}'s heap file {path} is missing: ranks that map each other's heaps must "
+            "run on one machine and share /dev/shm; ranks on other hosts must say so (their hosts differ, or "
+            "IRIS_HOST does when simulating several hosts on one machine)"
         ) from err
 
 

@@ -6,10 +6,14 @@ handle with ``cudaIpcOpenMemHandle(..., cudaIpcMemLazyEnablePeerAccess)`` *with 
 Opening through ``torch.UntypedStorage._new_shared_cuda`` instead maps the peer under the peer's device,
 and kernels then fault with an illegal address (measured on 2xH200, see DESIGN.md).
 
+CUDA IPC handles open only on the host that made them: a peer on another host (``reachable[r]`` False, see
+:meth:`iris.topology.TopologyMap.can_map`) is not opened, and its base is 0. Every rank still takes part in the
+exchange of handles, so that the collective stays the same on every rank.
+
 Examples
 --------
->>> memory = CudaHeapMemory(size=1 << 30, group=group)   # doctest: +SKIP
->>> memory.device                                         # doctest: +SKIP
+>>> memory = CudaHeapMemory(size=1 << 30, group=group, reachable=[True, True])   # doctest: +SKIP
+>>> memory.device                                                                 # doctest: +SKIP
 device(type='cuda', index=1)
 """
 
@@ -51,11 +55,22 @@ class _DeviceBuffer:
 
 
 class CudaHeapMemory:
-    """Every rank's heap as seen from this process. Collective: every rank constructs it together."""
+    """Every reachable rank's heap as seen from this process. Collective: every rank constructs it together.
+
+    Parameters
+    ----------
+    size : int
+        Bytes per rank.
+    group : iris.distributed.HostGroup
+        The ranks.
+    reachable : list of bool, optional
+        ``reachable[r]``: this rank opens rank r's heap (ranks of this host); an unopened rank's base is 0.
+        None: every rank.
+    """
 
     _made = False  # a heap was made in this process before: a dropped one may still hold its memory
 
-    def __init__(self, size: int, group):
+    def __init__(self, size: int, group, reachable=None):
         rt = _runtime()
         self.rank = group.rank
         self.size = size
@@ -89,6 +104,9 @@ class CudaHeapMemory:
         for rank, raw in enumerate(handles):
             if rank == self.rank:
                 self.bases.append(self._own)
+                continue
+            if reachable is not None and not reachable[rank]:  # another host's handle means nothing here
+                self.bases.append(0)
                 continue
             peer = rt.cudaIpcMemHandle_t()
             peer.reserved = raw

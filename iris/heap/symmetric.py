@@ -26,6 +26,7 @@ import torch
 
 from ..sizes import format_size
 from .allocator import Allocator, OutOfHeap, Usage
+from .reach import reachable_ranks, unreachable
 
 
 class AllocationDivergence(RuntimeError):
@@ -115,9 +116,12 @@ class SymmetricHeap:
         Where the heaps live.
     alignment : int
         Every allocation starts at a multiple of this many bytes (wide vector loads need 16).
+    topology : iris.topology.TopologyMap, optional
+        Who maps whom: the heaps of ranks this rank cannot map (other hosts) are not mapped, their base is 0,
+        and addressing them raises :class:`iris.heap.reach.UnreachableRankError`. None: every rank is mapped.
     """
 
-    def __init__(self, size: int, group, backend: str, alignment: int = 256):
+    def __init__(self, size: int, group, backend: str, alignment: int = 256, topology=None):
         if backend == "cpu":
             from .cpu import ShmHeapMemory as Memory
         elif backend == "cuda":
@@ -128,7 +132,9 @@ class SymmetricHeap:
         self.rank = group.rank
         self.world_size = group.world_size
         self.backend = backend
-        self.memory = Memory(size, group)
+        self.topology = topology
+        self.reachable = reachable_ranks(topology, group.rank)  # None: every rank's heap is mapped here
+        self.memory = Memory(size, group, self.reachable)
         self.size = self.memory.size
         self.bases: list[int] = list(self.memory.bases)
         self.device = self.memory.device
@@ -254,6 +260,8 @@ class SymmetricHeap:
                 f"0 to {self.world_size - 1}"
             )
         allocation = self._live[self.find(tensor).offset]
+        if self.reachable is not None and not self.reachable[rank]:
+            raise unreachable(self.topology, self.rank, rank, f"as_remote(tensor, {rank})")
         raw, _ = self.memory.view(rank, allocation.info.offset, allocation.reserved)
         return raw.view(tensor.dtype).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
@@ -280,7 +288,7 @@ class SymmetricHeap:
         >>> str(heap.locate(flags.data_ptr() + 8))                  # doctest: +SKIP
         'flags[2]'
         """
-        rank = next((r for r, base in enumerate(self.bases) if base <= address < base + self.size), None)
+        rank = next((r for r, base in enumerate(self.bases) if base and base <= address < base + self.size), None)
         if rank is None:
             return None
         offset = address - self.bases[rank]

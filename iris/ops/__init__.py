@@ -262,6 +262,14 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace, 
     config = config or FusedConfig()
     if not isinstance(config, FusedConfig):
         raise TypeError(f"rank {ctx.cur_rank}: {op} config must be an iris.ops.FusedConfig, got {type(config)}")
+    across = ctx.ccl.across  # several domains (hosts): the fused kernels would address heaps not mapped here
+    if across is not None:
+        collective = op.replace("matmul", "").strip("_")
+        raise NotImplementedError(
+            f"rank {ctx.cur_rank}: {op} runs over every rank and its kernels address every rank's heap, but the "
+            f"ranks span {len(across.domains)} domains {across.domains} "
+            f"({ctx.topology.explain(across.domains[0][0], across.domains[1][0])}). Across hosts, compute the "
+            f"matmul with torch and combine with ctx.ccl.{collective}, which crosses domains over torch.distributed")
     key = _key(op, out.shape, A, B)
     workspace = workspace if workspace is not None else ctx.ops.workspace_for(key)
     if workspace.key != key:

@@ -1,0 +1,81 @@
+"""A clear error, on the interpreter, for a kernel that addresses a rank whose heap this process does not map.
+
+Why: ranks on another host (or, simulated, with another ``IRIS_HOST``) are not mapped, and their heap base is 0
+(:class:`iris.heap.SymmetricHeap`). A pointer translated to such a rank is then the bare heap offset, a small
+address: touching it would be a segfault, or, where that address happens to be mapped, a silently wrong number.
+
+Fix: :func:`iris.device.translate`, the one routine every remote access goes through, calls
+:func:`refuse_unmapped` with the base it read, while :func:`checks_on` says so: on the interpreter, in a process
+whose context has unmapped peers (it called :func:`watch`). :func:`refuse_unmapped` raises the error the context
+builds (naming both ranks, their hosts and what connects them) for the first lane that is not masked off. Both
+are ``triton.constexpr_function``: on a GPU :func:`checks_on` is False when the kernel is compiled, so the call
+is not even traced, and on the interpreter a constexpr function is a plain Python call.
+
+Examples
+--------
+>>> watch(lambda peer, where: ValueError(f"{where}: rank 0 does not map rank {peer}'s heap"))   # by iris.iris()
+>>> checks_on()
+True
+"""
+
+import os
+import sys
+
+import numpy as np
+import triton
+
+# Frames in these folders are the machinery between a kernel and its translation, not the kernel.
+_LIBRARY_DIRS = (os.path.dirname(triton.__file__) + os.sep,
+                 os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+
+_explain = []  # at most one: builds the error for an unmapped peer, from the context made last
+
+
+def watch(explain) -> None:
+    """Check every translation of interpreted kernels from now on; ``explain(peer, where)`` returns the exception
+    to raise when ``peer``'s heap is not mapped here, ``where`` naming the kernel's function and line (the latest
+    call wins: the context made last in this process)."""
+    _explain[:] = [explain]
+
+
+def forget() -> None:
+    """Stop checking (no context with unmapped peers is left)."""
+    _explain.clear()
+
+
+@triton.constexpr_function
+def checks_on():
+    """Whether :func:`iris.device.translate` calls :func:`refuse_unmapped` (read as the kernel is traced or
+    interpreted)."""
+    return bool(_explain) and bool(triton.knobs.runtime.interpret)
+
+
+def _values(x):
+    x = getattr(x, "value", x)
+    handle = getattr(x, "handle", None)
+    return np.asarray(handle.data if handle is not None else x)
+
+
+@triton.constexpr_function
+def refuse_unmapped(base, to_rank, mask=None):
+    """Raise the watched error if a lane (not masked off) translates to a rank whose base is 0 (unmapped)."""
+    bases = _values(base)
+    if bases.all():  # every lane's base is mapped: the usual case, one numpy reduction
+        return
+    lanes = (bases == 0, _values(to_rank)) + (() if mask is None else (_values(mask).astype(bool),))
+    unmapped, ranks, *on = np.broadcast_arrays(*lanes)
+    if on:
+        unmapped = unmapped & on[0]
+    if unmapped.any():
+        raise _explain[0](int(ranks[unmapped].reshape(-1)[0]), _kernel_site())
+
+
+def _kernel_site() -> str:
+    """``function (file:line)`` of the kernel code that asked for the translation: the innermost frame outside
+    Triton and iris (an iris device function called by the kernel is skipped to its caller)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        frame = frame.f_back
+    if frame is None:
+        return "a kernel"
+    return f"kernel code `{frame.f_code.co_name}` ({frame.f_code.co_filename}:{frame.f_lineno})"
