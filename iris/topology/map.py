@@ -386,8 +386,10 @@ class TopologyMap:
                 if info.vendor != CPU_VENDOR:
                     lines.append(f"    rank {r}: GPU {info.gpu_id} {info.device_name} ({info.total_memory_mb} MB) "
                                  f"PCI {info.pci_bus_id or 'unknown'} {info.uuid or ''}".rstrip())
+        if self.fabric_domains:
+            lines.append("  Fabric Domains:")
         for key, hosts in sorted(self.fabric_domains.items()):
-            lines.append(f"  fabric domain {key}: hosts {', '.join(hosts)}, "
+            lines.append(f"    {key}: hosts {', '.join(hosts)}, "
                          f"{rank_ranges(self.get_ranks_for_fabric_domain(key))}")
         return "\n".join(lines)
 
