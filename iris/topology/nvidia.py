@@ -112,7 +112,11 @@ class Nvml:
                          f"status {self.error(info.status)}), so no fabric domain")
             return FabricInfo()
         cluster = bytes(info.clusterUuid).hex()
-        return FabricInfo(cluster_uuid=cluster, clique_id=int(info.cliqueId)) if int(cluster, 16) else FabricInfo()
+        if not int(cluster, 16):  # seen on 2 x H100 SXM (one NVSwitch board): registered, in no multi-host cluster
+            notes.append(f"fabric: {device_name} is registered with the fabric manager but in no multi-host NVLink "
+                         f"cluster (NVML cluster UUID zero, clique {info.cliqueId}), so no fabric domain")
+            return FabricInfo()
+        return FabricInfo(cluster_uuid=cluster, clique_id=int(info.cliqueId))
 
     def link(self, handle_a, handle_b) -> IntraNodeLinkType:
         """NVLINK / NVSWITCH when NVML reports NVLink peer-to-peer between the two, else the PCIe level of their
