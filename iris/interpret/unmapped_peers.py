@@ -7,9 +7,9 @@ address: touching it would be a segfault, or, where that address happens to be m
 Fix: :func:`iris.device.translate`, the one routine every remote access goes through, calls
 :func:`refuse_unmapped` with the base it read, while :func:`checks_on` says so: on the interpreter, in a process
 whose context has unmapped peers (it called :func:`watch`). :func:`refuse_unmapped` raises the error the context
-builds (naming both ranks, their hosts and what connects them) for the first lane that is not masked off. Both
-are ``triton.constexpr_function``: on a GPU :func:`checks_on` is False when the kernel is compiled, so the call
-is not even traced, and on the interpreter a constexpr function is a plain Python call.
+builds (naming both ranks, their hosts and what connects them) for the first lane that is not masked off.
+:func:`checks_on` is a ``triton.constexpr_function``: on a GPU it is False when the kernel is compiled, so the
+call is not even traced; on the interpreter both are plain Python calls.
 
 Examples
 --------
@@ -56,7 +56,6 @@ def _values(x):
     return np.asarray(handle.data if handle is not None else x)
 
 
-@triton.constexpr_function
 def refuse_unmapped(base, to_rank, mask=None):
     """Raise the watched error if a lane (not masked off) translates to a rank whose base is 0 (unmapped)."""
     bases = _values(base)
@@ -68,6 +67,12 @@ def refuse_unmapped(base, to_rank, mask=None):
         unmapped = unmapped & on[0]
     if unmapped.any():
         raise _explain[0](int(ranks[unmapped].reshape(-1)[0]), _kernel_site())
+
+
+# Triton's dependency walk (the cache key of every kernel calling translate, on a GPU too) rejects plain functions
+# a kernel names, and walks a constexpr function's body, which calls numpy; a builtin it skips. The call is never
+# traced on a GPU (checks_on() is False there), and on the interpreter it is a plain Python call.
+refuse_unmapped.__triton_builtin__ = True
 
 
 def _kernel_site() -> str:
