@@ -8,7 +8,7 @@ Examples
 --------
 >>> choose_backend("cpu")
 'cpu'
->>> choose_allocator("torch")
+>>> choose_allocator("torch", "cpu")
 'torch'
 """
 
@@ -69,34 +69,67 @@ def kernels_run_on_gpu() -> bool:
     return not interpret.is_active() and choose_backend(None) == "cuda"
 
 
-ALLOCATORS = ("torch",)
+ALLOCATORS = ("torch", "vmem")
+# What the cuda backend uses when no allocator is named: "vmem" where its driver supports it (else "torch", said
+# once), or "torch". The VMM heap is the default only if it measures within 3% of the IPC heap:
+# benchmarks/vmm_vs_ipc.py, benchmarks/RESULTS.md "The VMM heap against the IPC heap".
+CUDA_DEFAULT = "torch"
+_fallback_said = False
 
 
-def choose_allocator(allocator_type: str | None = None) -> str:
-    """Resolve upstream Iris's ``allocator_type`` (None reads ``IRIS_ALLOCATOR``, default ``"torch"``).
+def choose_allocator(allocator_type: str | None = None, backend: str | None = None) -> str:
+    """Resolve upstream Iris's ``allocator_type`` (None reads ``IRIS_ALLOCATOR``, then the backend's default).
 
     ``"torch"`` is upstream's default: one fixed region per rank handed out as torch tensors. Here that is
-    the heap's collective allocator (``cudaMalloc`` memory on ``cuda``, a /dev/shm file on ``cpu``), which
-    also gives memory back when no rank uses a tensor any more. ``"vmem"`` is upstream's virtual-memory
-    allocator for AMD GPUs (HIP VMM: a heap that grows on demand, and ``as_symmetric`` sharing an outside
-    tensor's memory instead of copying it); neither backend here has an equivalent, so it is refused.
-    Unlike upstream, an explicit argument wins over ``IRIS_ALLOCATOR``, as ``backend=`` wins over
-    ``IRIS_BACKEND``.
+    the heap's collective allocator (``cudaMalloc`` memory shared by CUDA IPC on ``cuda``, a /dev/shm file on
+    ``cpu``), which also gives memory back when no rank uses a tensor any more. ``"vmem"`` is upstream's
+    virtual-memory allocator: on ``cuda`` the heap lives on CUDA virtual memory (:mod:`iris.heap.cuda_vmm`),
+    grows when an allocation needs it (``heap_size`` is where it starts; it can grow to the GPU's memory), and
+    ``as_symmetric`` shares an outside tensor's memory where that memory is CUDA virtual memory (else copies,
+    saying why). On ``cpu`` it is refused: the /dev/shm heap is sparse, so a large ``heap_size`` costs only the
+    pages used. With nothing named, ``cuda`` uses :data:`CUDA_DEFAULT`. Unlike upstream, an explicit argument wins
+    over ``IRIS_ALLOCATOR``, as ``backend=`` wins over ``IRIS_BACKEND``.
 
     Examples
     --------
-    >>> choose_allocator(None)      # IRIS_ALLOCATOR unset
+    >>> choose_allocator(None, "cpu")      # IRIS_ALLOCATOR unset
     'torch'
     """
-    requested = allocator_type if allocator_type is not None else os.environ.get("IRIS_ALLOCATOR", "torch")
-    requested = str(requested).strip().lower() or "torch"
-    if requested == "vmem":
-        raise NotImplementedError(
-            "allocator_type='vmem' is AMD-only: upstream Iris's virtual-memory allocator for AMD GPUs (HIP VMM: "
-            "a heap that grows on demand, as_symmetric sharing an outside tensor's memory); iris-workbench has no "
-            "equivalent on its cuda or cpu backend. Use allocator_type='torch' (the default; unset "
-            "IRIS_ALLOCATOR): its heap gives memory back when tensors die, and as_symmetric copies."
-        )
-    if requested not in ALLOCATORS:
-        raise ValueError(f"unknown allocator_type {requested!r}: use 'torch' (upstream's 'vmem' is not available)")
-    return requested
+    requested = allocator_type if allocator_type is not None else os.environ.get("IRIS_ALLOCATOR", "")
+    requested = str(requested).strip().lower()
+    if requested and requested not in ALLOCATORS:
+        raise ValueError(f"unknown allocator_type {requested!r}: use 'torch' (CUDA IPC or /dev/shm) or 'vmem' "
+                         "(CUDA virtual memory)")
+    backend = choose_backend(backend)
+    if backend == "cpu":
+        if requested == "vmem":
+            raise NotImplementedError(
+                "allocator_type='vmem' (upstream Iris's virtual-memory allocator: a heap that grows on demand, "
+                "as_symmetric sharing an outside tensor's memory) is for the cuda backend. On the cpu backend the "
+                "heap is a sparse /dev/shm file: only the pages used take memory, so ask for a heap_size as large "
+                "as /dev/shm allows, with allocator_type='torch' (the default; unset IRIS_ALLOCATOR)"
+            )
+        return "torch"
+    if requested:
+        return requested
+    if CUDA_DEFAULT == "vmem":
+        return _vmem_or_ipc()
+    return "torch"
+
+
+def _vmem_or_ipc() -> str:
+    """``"vmem"`` where this process's GPU supports the virtual-memory heap, else ``"torch"``, said once."""
+    global _fallback_said
+    import torch
+
+    from .heap.cuda_vmm import vmm_unavailable
+
+    why = vmm_unavailable(torch.cuda.current_device())
+    if why is None:
+        return "vmem"
+    if not _fallback_said:
+        from .logging import logger
+
+        logger.warning("iris: the heap uses CUDA IPC (allocator_type='torch'): %s", why)
+        _fallback_said = True
+    return "torch"

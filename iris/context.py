@@ -69,7 +69,7 @@ class Iris:
         The allocator and every rank's mapped heap (``heap.allocate(num_elements, dtype)``,
         ``heap.heap_bases``, as upstream's).
     allocator_type : str
-        ``"torch"``: see :func:`iris.backend.choose_allocator`.
+        ``"torch"`` (CUDA IPC or /dev/shm) or ``"vmem"`` (CUDA virtual memory): :func:`iris.backend.choose_allocator`.
     check : str or None
         ``"races"`` when kernels are checked for data races (:meth:`races`), else None.
     """
@@ -79,7 +79,7 @@ class Iris:
     def __init__(self, heap_size: int | str = 1 << 30, allocator_type: str | None = None, *,
                  backend: str | None = None, debug: bool | None = None, check: str | None = None):
         self.backend = choose_backend(backend)
-        self.allocator_type = choose_allocator(allocator_type)
+        self.allocator_type = choose_allocator(allocator_type, self.backend)
         if self.backend == "cpu":
             from . import interpret
 
@@ -93,7 +93,8 @@ class Iris:
         self.check = None
         self.debug_mode = bool(debug) if debug is not None else os.environ.get("IRIS_DEBUG", "0") not in ("", "0")
         self.topology = discover_topology(self.group, self.backend)  # who maps whom (collective)
-        self.heap = SymmetricHeap(parse_size(heap_size), self.group, self.backend, topology=self.topology)
+        self.heap = SymmetricHeap(parse_size(heap_size), self.group, self.backend, allocator=self.allocator_type,
+                                  topology=self.topology)
         if self.heap.reachable is not None and self.backend == "cpu":  # kernels addressing other hosts: refused
             watch_unmapped_peers(functools.partial(unreachable, self.topology, self.cur_rank))
         self.heap_size = self.heap.size
@@ -107,6 +108,7 @@ class Iris:
         self._device_context = torch.tensor(
             [self.cur_rank, self.num_ranks, *self.heap.bases] + tail, dtype=torch.int64, device=self.heap.device,
         )
+        self.heap.on_grow.append(self._heap_grew)  # a "vmem" heap grows when an allocation needs it
         self.tracing = Tracing(self)  # device tracing: ctx.tracing.enable(), reset(), export()
         if self.debug_mode:
             enable_debug_checks(self.cur_rank)
@@ -117,6 +119,10 @@ class Iris:
             self.start_race_check()
         self.group.barrier()
         self.debug(f"heap of {self.heap_size} bytes on {self.device} ({self.backend} backend), bases {self.heap.bases}")
+
+    def _heap_grew(self, size: int) -> None:
+        self.heap_size = size
+        self._device_context[2 + self.num_ranks + HEAP_SIZE_SLOT] = size  # debug checks in kernels read it
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(rank={self.cur_rank}, num_ranks={self.num_ranks}, "
@@ -258,12 +264,15 @@ class Iris:
         return self.heap.is_symmetric(tensor)
 
     def as_symmetric(self, external_tensor: torch.Tensor, *, name=None) -> torch.Tensor:
-        """A copy of ``external_tensor`` placed on the heap: same shape, dtype and values (collective).
+        """``external_tensor`` on the heap: same shape, dtype and values (collective).
 
-        Upstream's ``torch`` allocator does the same (its ``vmem`` allocator shares the memory instead;
-        see :func:`iris.backend.choose_allocator`). Every rank calls it with a tensor of the same shape
-        and dtype, since it allocates. Later changes to either tensor do not reach the other. Any device
-        and layout is accepted: a dense input keeps its strides, others come back contiguous.
+        With ``allocator_type="vmem"`` on ``cuda`` the heap takes in the tensor's own memory where it can
+        (:meth:`iris.heap.SymmetricHeap.take_in`: CUDA virtual memory, e.g. torch's allocator with
+        ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``), as upstream's ``vmem`` allocator does: no copy, and
+        writes to either tensor are seen in the other. Otherwise (and with upstream's ``torch`` allocator) it is a
+        copy: later changes to either tensor do not reach the other. Every rank calls it with a tensor of the
+        same shape and dtype, since it allocates. Any device and layout is accepted for a copy: a dense input
+        keeps its strides, others come back contiguous.
 
         Examples
         --------
@@ -274,6 +283,10 @@ class Iris:
         if not isinstance(external_tensor, torch.Tensor):
             raise TypeError(f"rank {self.cur_rank}: as_symmetric takes a torch.Tensor, got "
                             f"{type(external_tensor).__name__}")
+        if self.allocator_type == "vmem":
+            shared = self.heap.take_in(external_tensor, label=name)
+            if shared is not None:
+                return shared
         copy = self.empty_like(external_tensor, name=name)
         with torch.no_grad():
             copy.copy_(external_tensor)
@@ -451,10 +464,11 @@ def iris(heap_size: int | str = 1 << 30, allocator_type: str | None = None, *, b
     ----------
     heap_size : int or str
         Bytes of symmetric heap per rank, e.g. ``1 << 30`` or ``"64MiB"``.
-    allocator_type : {None, "torch"}
-        Upstream's choice of allocator. None reads ``IRIS_ALLOCATOR`` (default ``"torch"``): the heap's
-        own collective allocator, which frees. Upstream's ``"vmem"`` (AMD virtual memory) has no
-        equivalent here and raises NotImplementedError saying so (:func:`iris.backend.choose_allocator`).
+    allocator_type : {None, "torch", "vmem"}
+        Upstream's choice of allocator. None reads ``IRIS_ALLOCATOR``, else the backend's default. ``"torch"``:
+        the heap's own collective allocator, which frees. ``"vmem"`` on ``cuda``: the heap on CUDA virtual memory,
+        growing when an allocation needs it, and ``as_symmetric`` sharing memory; refused on ``cpu``
+        (:func:`iris.backend.choose_allocator`).
     backend : {None, "auto", "cpu", "cuda"}
         None/"auto" reads ``IRIS_BACKEND``, else picks ``cuda`` when a GPU is visible, else ``cpu``.
     debug : bool, optional

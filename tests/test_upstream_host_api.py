@@ -71,13 +71,13 @@ def test_layouts_and_memory_formats():
 
 def test_allocator_type_torch_or_a_clear_refusal(monkeypatch):
     monkeypatch.delenv("IRIS_ALLOCATOR", raising=False)
-    assert choose_allocator(None) == "torch" == choose_allocator(" Torch ")
+    assert choose_allocator(None, "cpu") == "torch" == choose_allocator(" Torch ", "cpu")
     monkeypatch.setenv("IRIS_ALLOCATOR", "vmem")
-    with pytest.raises(NotImplementedError, match="upstream Iris's virtual-memory allocator for AMD GPUs"):
-        choose_allocator(None)
-    assert choose_allocator("torch") == "torch"  # the argument wins over the environment
+    with pytest.raises(NotImplementedError, match="upstream Iris's virtual-memory allocator"):
+        choose_allocator(None, "cpu")  # the cpu backend's heap does not grow (tests/test_heap_growth.py)
+    assert choose_allocator("torch", "cpu") == "torch"  # the argument wins over the environment
     with pytest.raises(ValueError, match="unknown allocator_type 'pool'"):
-        choose_allocator("pool")
+        choose_allocator("pool", "cpu")
 
 
 def test_logging_names_and_format():

@@ -10,6 +10,10 @@ Examples
 (0, 256)
 >>> a.release(0); a.allocate(200)
 0
+>>> a.shortfall(8192)          # bytes the heap must grow by for 8 KiB to fit at its end
+4864
+>>> a.grow(4096 + 4864); a.allocate(8192)
+768
 """
 
 from __future__ import annotations
@@ -65,6 +69,38 @@ class Allocator:
                 self._live[offset] = need
                 return offset
         raise OutOfHeap(need)
+
+    def shortfall(self, nbytes: int) -> int:
+        """Bytes the heap must grow by so that ``nbytes`` fits: what the free block at the heap's end (if any)
+        lacks; 0 when a block fits already."""
+        need = self.round_up(nbytes)
+        if any(free >= need for _, free in self._free):
+            return 0
+        tail = self._free[-1][1] if self._free and sum(self._free[-1]) == self.size else 0
+        return need - tail
+
+    def grow(self, new_size: int) -> None:
+        """The heap now has ``new_size`` bytes: the new ones are free (merged with a free block at the old end)."""
+        if new_size < self.size:
+            raise ValueError(f"a heap grows only: {new_size} bytes is less than its {self.size}")
+        if new_size == self.size:
+            return
+        if self._free and sum(self._free[-1]) == self.size:
+            offset, nbytes = self._free.pop()
+            self._free.append((offset, nbytes + new_size - self.size))
+        else:
+            self._free.append((self.size, new_size - self.size))
+        self.size = new_size
+
+    def append(self, nbytes: int) -> int:
+        """Grow the heap by ``nbytes`` (a multiple of the alignment) and reserve them at once; return their offset
+        (the old size). For memory placed at the heap's end from elsewhere (a tensor taken in)."""
+        if nbytes <= 0 or nbytes % self.alignment:
+            raise ValueError(f"append takes a positive multiple of {self.alignment} bytes, got {nbytes}")
+        offset = self.size
+        self.size += nbytes
+        self._live[offset] = nbytes
+        return offset
 
     def release(self, offset: int) -> None:
         """Give the block at ``offset`` back, merging it with free neighbours."""

@@ -49,6 +49,7 @@ class _Allocation:
     info: AllocationInfo
     reserved: int
     owner: weakref.ref  # dead once no tensor on this rank uses the allocation's storage
+    taken_in: bool = False  # outside memory (SymmetricHeap.take_in), unmapped when released
 
     @property
     def referenced(self) -> bool:
@@ -116,14 +117,20 @@ class SymmetricHeap:
         Where the heaps live.
     alignment : int
         Every allocation starts at a multiple of this many bytes (wide vector loads need 16).
+    allocator : {"torch", "vmem"}
+        Upstream's ``allocator_type`` (:func:`iris.backend.choose_allocator`): ``"vmem"`` on ``cuda`` puts the
+        heap on CUDA virtual memory (:mod:`iris.heap.cuda_vmm`): it grows when an allocation needs it, up to
+        ``memory.reservation``, and :meth:`take_in` shares outside tensors' memory.
     topology : iris.topology.TopologyMap, optional
         Who maps whom: the heaps of ranks this rank cannot map (other hosts) are not mapped, their base is 0,
         and addressing them raises :class:`iris.heap.reach.UnreachableRankError`. None: every rank is mapped.
     """
 
-    def __init__(self, size: int, group, backend: str, alignment: int = 256, topology=None):
+    def __init__(self, size: int, group, backend: str, alignment: int = 256, topology=None, allocator: str = "torch"):
         if backend == "cpu":
             from .cpu import ShmHeapMemory as Memory
+        elif backend == "cuda" and allocator == "vmem":
+            from .cuda_vmm import CudaVmmHeapMemory as Memory
         elif backend == "cuda":
             from .cuda import CudaHeapMemory as Memory
         else:
@@ -140,13 +147,15 @@ class SymmetricHeap:
         self.device = self.memory.device
         # Debug checks in kernels need the heap size; it rides just before heap_bases[0] (see iris.device),
         # where upstream's layout leaves room.
-        sized_bases = torch.tensor([self.size, *self.bases], dtype=torch.int64, device=self.device)
-        self.heap_bases = sized_bases[1:]
+        self._sized_bases = torch.tensor([self.size, *self.bases], dtype=torch.int64, device=self.device)
+        self.heap_bases = self._sized_bases[1:]
         self._allocator = Allocator(self.size, alignment)
         self._live: dict[int, _Allocation] = {}
         self._count = 0
         # Called with (offset, reserved bytes) of every new allocation (the race checker forgets old accesses).
         self.on_allocate: list = []
+        # Called with the new size when the heap grows (the context's device context carries the size).
+        self.on_grow: list = []
 
     # -- allocation -------------------------------------------------------------------------------
     def allocate(self, size, dtype: torch.dtype, label: str | None = None) -> torch.Tensor:
@@ -158,15 +167,14 @@ class SymmetricHeap:
         shape = self._shape(size)
         nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
         request = (nbytes, str(dtype), shape)
-        unreferenced = sorted(offset for offset, a in self._live.items() if not a.referenced)
-        gathered = self.group.all_gather_object((request, unreferenced))
-        self._count += 1
-        self._release(set.intersection(*(set(dead) for _, dead in gathered)))
-        self._check_agreement([req for req, _ in gathered])
+        self._agree_on(request)
         try:
             offset = self._allocator.allocate(nbytes)
         except OutOfHeap:
-            raise self._out_of_memory(request, label) from None
+            if not hasattr(self.memory, "grow"):
+                raise self._out_of_memory(request, label) from None
+            self._grow_for(nbytes, request, label)  # collective: every rank's allocator ran out alike
+            offset = self._allocator.allocate(nbytes)
         reserved = self._allocator.reserved(offset)
         raw, owner = self.memory.view(self.rank, offset, reserved)
         tensor = raw[:nbytes].view(dtype).view(shape)
@@ -175,6 +183,35 @@ class SymmetricHeap:
         for listener in self.on_allocate:
             listener(offset, reserved)
         return tensor
+
+    def _grow_for(self, nbytes: int, request, label) -> None:
+        """Grow the heap (every rank) so that ``nbytes`` fit: to twice its size, or to just enough when twice does
+        not fit the reservation or the GPU; a ``MemoryError`` saying so when neither does."""
+        need = self.size + self._allocator.shortfall(nbytes)
+        limit = self.memory.reservation
+        if need > limit:
+            raise MemoryError(
+                f"rank {self.rank}: symmetric heap out of memory allocating {_describe(request)}"
+                + (f" named {label!r}" if label else "") + f": the heap would have to grow to {format_size(need)}, "
+                f"beyond its reservation of {format_size(limit)} (the most it can grow to: the GPU's memory). "
+                "Delete tensors you no longer need on every rank (they are released at the next allocation)"
+            ) from None
+        for target in dict.fromkeys([min(limit, max(need, 2 * self.size)), need]):
+            try:
+                self.memory.grow(target)
+                break
+            except MemoryError as err:
+                if target == need:
+                    raise MemoryError(f"{err}: the heap of {format_size(self.size)} could not grow to hold "
+                                      f"{_describe(request)}") from None
+        self._grown()
+
+    def _grown(self) -> None:
+        self.size = self.memory.size
+        self._allocator.grow(self.size)
+        self._sized_bases[0] = self.size
+        for listener in self.on_grow:
+            listener(self.size)
 
     def _shape(self, size) -> tuple[int, ...]:
         dims = tuple(size) if isinstance(size, tuple | list | torch.Size) else (size,)
@@ -186,11 +223,69 @@ class SymmetricHeap:
             raise ValueError(f"rank {self.rank}: negative dimension in shape {list(shape)}: sizes must be >= 0")
         return shape
 
+    def _agree_on(self, request, fact=None) -> list:
+        """The collective step of every allocation: release what no rank uses, check that every rank asks for the
+        same ``request``, and return every rank's ``fact`` (anything a rank must tell the others)."""
+        unreferenced = sorted(offset for offset, a in self._live.items() if not a.referenced)
+        gathered = self.group.all_gather_object((request, unreferenced, fact))
+        self._count += 1
+        self._release(set.intersection(*(set(dead) for _, dead, _ in gathered)))
+        self._check_agreement([req for req, _, _ in gathered])
+        return [fact for _, _, fact in gathered]
+
     def _release(self, offsets) -> None:
         # Every rank computes the same set (the intersection), so allocator states stay identical.
         for offset in sorted(offsets):
+            if self._live[offset].taken_in:  # collective too: the range gets fresh memory of the heap's own
+                self.memory.give_back(offset, self._live[offset].reserved)
             self._allocator.release(offset)
             del self._live[offset]
+
+    def take_in(self, tensor: torch.Tensor, label: str | None = None) -> torch.Tensor | None:
+        """Make ``tensor``'s own memory part of the heap, without a copy (collective, like an allocation).
+
+        Upstream's ``vmem`` meaning of ``as_symmetric``: the result is a heap tensor over the same memory, so a
+        write to either is seen in the other (and by peers, at the same offset on every rank). It needs CUDA
+        virtual memory on every rank (torch's allocator with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``,
+        or another allocator on ``cuMemCreate``), contiguous, at the same place within its chunks on every rank.
+        Returns None (every rank alike), with a ``RuntimeWarning`` saying why, where that does not hold: the
+        caller copies instead. The heap keeps ``tensor`` alive while the result lives, so that its allocator
+        cannot hand the memory out again.
+
+        Examples
+        --------
+        >>> shared = heap.take_in(torch.ones(500, device="cuda"))       # doctest: +SKIP
+        """
+        nbytes = tensor.numel() * tensor.element_size()
+        request = (nbytes, str(tensor.dtype), tuple(tensor.shape))
+        if not hasattr(self.memory, "take_in"):
+            return None
+        if tensor.device != self.device or not tensor.is_contiguous() or nbytes == 0:
+            segments = f"it is not a contiguous, non-empty tensor on {self.device}"
+        else:
+            segments = self.memory.segments_of(tensor.data_ptr(), nbytes)
+        facts = self._agree_on(request, segments if isinstance(segments, str) else
+                               (tensor.data_ptr() - segments[0][0], sum(n for _, n in segments)))
+        unit = self.memory.granularity
+        why = {rank: fact for rank, fact in enumerate(facts) if isinstance(fact, str)}
+        if not why and len({lead % unit for lead, _ in facts}) > 1:
+            why = {rank: f"it starts {lead % unit:#x} bytes into a chunk" for rank, (lead, _) in enumerate(facts)}
+        if why:
+            warnings.warn(f"rank {self.rank}: as_symmetric copies the tensor onto the heap: its memory cannot be "
+                          "shared on every rank (" + "; ".join(f"rank {r}: {w}" for r, w in why.items()) + ")",
+                          RuntimeWarning, stacklevel=3)
+            return None
+        lead = max(lead for lead, _ in facts)  # where the tensor starts in the region, on every rank
+        region = max(lead - own_lead + span for own_lead, span in facts)
+        offset = self._allocator.append(region)
+        self.memory.take_in(offset, region, segments, start=offset + lead - facts[self.rank][0])
+        self._grown()
+        raw, owner = self.memory.view(self.rank, offset, region)
+        owner.outside = tensor  # its memory stays its allocator's: keep it from being handed out again
+        shared = raw[lead:lead + nbytes].view(tensor.dtype).view(tensor.shape)
+        info = AllocationInfo(offset, nbytes, tensor.dtype, tuple(tensor.shape), label)  # the tensor: lead bytes in
+        self._live[offset] = _Allocation(info, region, weakref.ref(owner), taken_in=True)
+        return shared
 
     def _check_agreement(self, requests) -> None:
         if len(set(requests)) == 1:
