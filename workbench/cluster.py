@@ -87,6 +87,12 @@ class Workbench:
     check : {None, "races"}
         Check every kernel for data races (CPU backend; :mod:`workbench.races` shows them after each cell).
         None: ``IRIS_CHECK`` decides, as in any iris program.
+    hosts : int or list of str, optional
+        For tests and teaching, a simulation: the local ranks behave as if on this many hosts (or on hosts of
+        these names), in blocks of consecutive ranks (:func:`simulated_hosts`); each rank gets ``IRIS_HOST``
+        (:func:`iris.topology.this_host`), so heaps are mapped only within a host, kernels that address another
+        host's rank get a clear error and ``ctx.ccl`` crosses hosts over torch.distributed. Real hosts come
+        from ipyparallel's launchers (``engines="mpi"``, ``"slurm"``, ``"ssh"``), which need no such option.
 
     Attributes
     ----------
@@ -99,7 +105,8 @@ class Workbench:
     cluster_dir : str or None
         While a cluster of local engines runs, the folder of its own that holds its ipyparallel profile
         (connection files, logs) and its sockets; :meth:`stop` removes it. None for other launchers, whose
-        clusters use ipyparallel's default profile and TCP.
+        engines may run on other hosts: their clusters use ipyparallel's default profile (a folder those hosts
+        share, such as a home directory) and TCP, the controller listening on every interface.
 
     Examples
     --------
@@ -110,11 +117,15 @@ class Workbench:
 
     def __init__(self, n: int = 4, backend: str = "auto", heap_size: int | str = "64MiB",
                  engines: str = "local", timeout: float = 60.0, interrupt_grace: float = 5.0,
-                 progress: bool = True, start_timeout: float = 300.0, check: str | None = None):
+                 progress: bool = True, start_timeout: float = 300.0, check: str | None = None, hosts=None):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"the number of ranks must be a positive int, got {n!r}")
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+        if hosts is not None and engines != "local":
+            raise ValueError(f"hosts= simulates several hosts with local engines; engines={engines!r} starts ranks "
+                             "on real hosts already: leave hosts out")
+        self.simulated_hosts = simulated_hosts(hosts, n) if hosts is not None else None
         self.n, self.backend, self.engines = n, backend, engines
         self.heap_size = parse_size(heap_size)
         self.timeout, self.interrupt_grace, self.progress = float(timeout), float(interrupt_grace), progress
@@ -168,7 +179,9 @@ class Workbench:
             self._cluster = ipp.Cluster(
                 n=self.n, engines=self.engines, config=config, shutdown_atexit=False, log=self._ipyparallel_log(),
                 controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}", *_socket_args(self.cluster_dir)],
-                **({"profile_dir": self.cluster_dir} if local else {}),
+                # Engines on other hosts connect over TCP: the controller listens on every interface (its default
+                # is 127.0.0.1), and they find it at its host's name (ipcontroller's location).
+                **({"profile_dir": self.cluster_dir} if local else {"controller_ip": "*"}),
             )
             self._cluster.start_controller_sync()
             self._notebook = {"host": socket.gethostname(), "pid": os.getpid(),
@@ -248,7 +261,10 @@ class Workbench:
         notebook = {**self._notebook, "hang_channel": self.hang_channel}
         bar.set_description("creating heaps")
         rendezvous = (self.n, master_addr, master_port, self.backend, self.heap_size, notebook)
-        setups = {rank: self.client[eid].apply_async(engine.setup, rank, *rendezvous, check=self.check)
+        hosts = self.simulated_hosts or [engines[eid]["host"] for eid in order]
+        setups = {rank: self.client[eid].apply_async(engine.setup, rank, *rendezvous, check=self.check,
+                                                     host=hosts[rank] if self.simulated_hosts else None,
+                                                     local=local_ranks(hosts)[rank])
                   for rank, eid in enumerate(order)}
         done = execution.gather(setups, time.monotonic() + self.start_timeout, "creating the Iris contexts",
                                 on_each=lambda _: bar.update())
@@ -445,7 +461,8 @@ class Workbench:
             state = f"ended ({self.exit_status(rank)})" if self.exit_status(rank) else "alive"
             where = ("on the CPU (backend cpu: Triton's interpreter, heap in /dev/shm)" if info["backend"] == "cpu"
                      else f"on GPU {info['device']} (backend {info['backend']})")
-            lines.append(f"  rank {rank}: {state}; kernels run {where}; process {info['pid']} on {info['host']}, "
+            host = info["host"] + (f" (simulated host {self.simulated_hosts[rank]})" if self.simulated_hosts else "")
+            lines.append(f"  rank {rank}: {state}; kernels run {where}; process {info['pid']} on {host}, "
                          f"engine {self.engine_ids[rank]}")
         return "\n".join(lines)
 
@@ -550,6 +567,37 @@ class Workbench:
         watcher = {self._watcher.pid} if self._watcher is not None else set()  # ended by the stop, after the rest
         named = _processes_naming(self.cluster_dir) - watcher
         return sorted(roots.union(*(_children(pid, True) for pid in roots), named))
+
+
+def simulated_hosts(hosts, n: int) -> list[str]:
+    """Rank -> simulated host name for ``hosts`` (a count, or the names) over ``n`` ranks, in blocks of consecutive
+    ranks (as a Slurm allocation numbers a node's tasks), as even as ``n`` allows.
+
+    Examples
+    --------
+    >>> simulated_hosts(2, 4)
+    ['host-0', 'host-0', 'host-1', 'host-1']
+    >>> simulated_hosts(["a", "b"], 3)
+    ['a', 'a', 'b']
+    """
+    names = [f"host-{i}" for i in range(hosts)] if isinstance(hosts, int) and not isinstance(hosts, bool) else hosts
+    if (not isinstance(names, list | tuple) or not 1 <= len(names) <= n
+            or not all(isinstance(h, str) and h.strip() for h in names) or len(set(names)) != len(names)):
+        raise ValueError(f"hosts= takes a number of hosts from 1 to the {n} ranks, or that many distinct non-empty "
+                         f"names, got {hosts!r}")
+    return [names[rank * len(names) // n] for rank in range(n)]
+
+
+def local_ranks(hosts: list[str]) -> list[tuple[int, int]]:
+    """Rank -> (its index among the ranks of its host, how many ranks that host has): torchrun's ``LOCAL_RANK`` and
+    ``LOCAL_WORLD_SIZE``.
+
+    Examples
+    --------
+    >>> local_ranks(["a", "a", "b"])
+    [(0, 2), (1, 2), (0, 1)]
+    """
+    return [(hosts[:rank].count(host), hosts.count(host)) for rank, host in enumerate(hosts)]
 
 
 def cell_filename(source: str) -> str:
@@ -833,4 +881,5 @@ def _engine_environment(backend: str) -> dict:
     return environment
 
 
-__all__ = ["CellReport", "RankError", "Workbench", "WorkbenchError", "cell_filename", "describe_exit"]
+__all__ = ["CellReport", "RankError", "Workbench", "WorkbenchError", "cell_filename", "describe_exit", "local_ranks",
+           "simulated_hosts"]

@@ -77,11 +77,14 @@ def prepare(backend: str, notebook: dict | None = None) -> dict:
 
 
 def setup(rank: int, world_size: int, master_addr: str, master_port: int, backend: str, heap_size: int,
-          notebook: dict, check: str | None = None) -> dict:
+          notebook: dict, check: str | None = None, host: str | None = None, local: tuple = (0, 1)) -> dict:
     """Create this rank's ``Iris`` context (collective) and fill the rank namespace.
 
     ``check`` is the context's (``"races"``; None: ``IRIS_CHECK`` decides, as for any iris program). The
     workbench shows the races after each cell itself, so the checker's warnings are not printed as well.
+
+    ``host``: the simulated host (``IRIS_HOST``, :func:`iris.topology.this_host`) of a cluster started with
+    ``hosts=``; ``local``: ``(LOCAL_RANK, LOCAL_WORLD_SIZE)``, this rank among the ranks of its host.
 
     With ``hang_channel`` in ``notebook``, a thread answers where this rank is when a cell hangs
     (:mod:`workbench.whereabouts`).
@@ -89,9 +92,11 @@ def setup(rank: int, world_size: int, master_addr: str, master_port: int, backen
     """
     prepare(backend)
     os.environ.update({
-        "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-        "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
+        "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local[0]),
+        "LOCAL_WORLD_SIZE": str(local[1]), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
     })
+    if host is not None:
+        os.environ["IRIS_HOST"] = host
     import torch
     import triton
     import triton.language as tl

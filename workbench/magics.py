@@ -62,6 +62,11 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message or self.format_help())
 
 
+def _hosts(text: str):
+    """``--hosts``: a count (``2``) or host names (``a,b``), for :class:`workbench.cluster.Workbench`'s ``hosts=``."""
+    return int(text) if text.isdigit() else [name.strip() for name in text.split(",")]
+
+
 def _iris_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="%iris", description="Manage the workbench's ranks.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -71,6 +76,9 @@ def _iris_parser() -> argparse.ArgumentParser:
     start.add_argument("--heap", default="64MiB", help="symmetric heap per rank, e.g. 64MiB (default)")
     start.add_argument("--engines", default="local", help="ipyparallel engine launcher: local, mpi, slurm...")
     start.add_argument("--timeout", type=float, default=60.0, help="default seconds a cell may run (60)")
+    start.add_argument("--hosts", type=_hosts, default=None, metavar="K|NAME,NAME...",
+                       help="simulate K hosts (or hosts of these names) on this machine, in blocks of consecutive "
+                            "ranks: for tests and teaching; real hosts come from --engines mpi/slurm/ssh")
     start.add_argument("--check", choices=("races",), default=None,
                        help="check every cell's kernels for data races (CPU backend) and show them after it")
     for name, text in (("stop", "stop every rank"), ("restart", "stop, then start with the same settings"),
@@ -167,7 +175,7 @@ class IrisMagics(Magics):
     @line_magic
     def iris(self, line: str):
         """Manage and look at the ranks: ``%iris start -n N [--backend auto|cpu|cuda] [--heap SIZE]
-        [--engines LAUNCHER] [--timeout S] [--check races]``, ``%iris stop``, ``%iris restart``, ``%iris status``,
+        [--engines LAUNCHER] [--timeout S] [--check races] [--hosts K]``, ``%iris stop``, ``%iris restart``, ``%iris status``,
         ``%iris heap``, ``%iris show NAME [--reduction mean|maxabs]``, ``%iris remote NAME --rank R``,
         ``%iris bench LABEL=EXPR ... [--flops F] [--bytes B] [--peer-bytes P] [--graph auto|on|off]``,
         ``%iris timeline [--save FILE]``, ``%iris traffic [--launch K] [--need BYTES]``,
@@ -178,7 +186,7 @@ class IrisMagics(Magics):
             return
         if args.command == "start":
             wb = workbench.start(n=args.n, backend=args.backend, heap_size=args.heap, engines=args.engines,
-                                 timeout=args.timeout, check=args.check)
+                                 timeout=args.timeout, check=args.check, hosts=args.hosts)
             print(wb.status())
             return
         wb = workbench.current()

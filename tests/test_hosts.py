@@ -1,0 +1,90 @@
+"""Ranks on several hosts, simulated on this machine (``IRIS_HOST`` per rank): heaps mapped per host, collectives
+across hosts against torch, and a clear error for whatever addresses a rank on another host.
+
+Two processes' worth of tests: 4 torchrun-style ranks (2 hosts x 2: our kernels inside each host, gloo between
+them) and a real 2-rank workbench cluster started with ``hosts=2`` (2 hosts x 1).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import workbench
+from workbench.cluster import Workbench, local_ranks, simulated_hosts
+from workbench.magics import _hosts
+
+from .multirank import run_ranks
+
+CASES = "tests.rank_cases_hosts"
+pytestmark = pytest.mark.usefixtures("no_heap_files_left_behind")
+
+
+def two_hosts(rank: int) -> dict:
+    return {"IRIS_HOST": "host-" + "ab"[rank // 2]}
+
+
+@pytest.mark.slow
+def test_collectives_across_two_hosts_match_torch_and_what_cannot_cross_is_refused():
+    results = run_ranks(4, f"{CASES}:collectives_across_hosts", rank_env=two_hosts)
+    for rank, result in enumerate(results):
+        assert result["checked"] == ["torch.float32", "torch.bfloat16"]
+        assert result["domains"] == [[0, 1], [2, 3]]
+        assert result["hosts"] == ["host-a", "host-a", "host-b", "host-b"]
+        assert result["near_store"]
+        far = (rank + 2) % 4
+        mine, theirs = "host-" + "ab"[rank // 2], "host-" + "ab"[far // 2]
+        names_both = f"rank {rank} ({mine}) cannot address rank {far}'s heap ({theirs})"
+        for refused in ("as_remote", "store", "atomic"):
+            assert names_both in result[refused], result[refused]
+            assert "only over the network (torch.distributed)" in result[refused]
+            assert "ranks 0-1 share host-a" in result[refused] and "ranks 2-3 share host-b" in result[refused]
+        assert result["store"].startswith("kernel code `_store_kernel` (")
+        assert result["atomic"].startswith("kernel code `_atomic_kernel` (")
+        assert f"rank {rank}: all_reduce over ranks" in result["spanning_group"]
+        assert "spans 2 domains ([0, 1], [2, 3])" in result["spanning_group"]
+        assert "matmul_all_reduce runs over every rank" in result["ops"] and "ctx.ccl.all_reduce" in result["ops"]
+
+
+PUT_TO_THE_OTHER_HOST = """
+@triton.jit
+def put_far(buf, heap_bases, rank, peer, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    iris.store(buf + offs, offs.to(tl.float32), rank, peer, heap_bases)
+
+buf = ctx.zeros(8)
+put_far[(1,)](buf, ctx.get_heap_bases(), rank, 1 - rank, BLOCK=8)
+"""
+
+
+@pytest.mark.slow
+def test_workbench_on_two_simulated_hosts_reduces_shows_its_topology_and_refuses_a_cross_host_store():
+    wb = workbench.start(n=2, backend="cpu", heap_size="8MiB", hosts=2, progress=False)
+    try:
+        assert "simulated host host-1" in wb.status().splitlines()[2]
+        report = wb.run("inp = ctx.full((8,), float(rank + 1)); out = ctx.zeros(8); ctx.ccl.all_reduce(out, inp)")
+        assert report.ok, report.render()
+        assert [t.tolist() for t in wb.pull("out")] == [[3.0] * 8] * 2
+        view = workbench.topology()
+        assert view.topology.domains() == [[0], [1]] and view.topology.hosts == ["host-0", "host-1"]
+        assert "host-0" in view.summary() and "host-1" in view.summary()
+        report = wb.run(PUT_TO_THE_OTHER_HOST)
+        assert report.ranks_with("error") == [0, 1]
+        text = report.render()
+        assert "UnreachableRankError" in text and "kernel code `put_far`" in text
+        assert "rank 0 (host-0) cannot address rank 1's heap (host-1)" in text
+        assert wb.run("x = ctx.ones(4)").ok  # the ranks carry on
+    finally:
+        stopped = wb.stop()
+    assert stopped.ok, str(stopped)
+
+
+def test_simulated_hosts_are_blocks_of_consecutive_ranks_and_bad_ones_say_what_to_pass():
+    assert simulated_hosts(2, 5) == ["host-0", "host-0", "host-0", "host-1", "host-1"]
+    assert simulated_hosts(["a", "b"], 2) == ["a", "b"]
+    assert local_ranks(simulated_hosts(2, 4)) == [(0, 2), (1, 2), (0, 2), (1, 2)]
+    for bad in (0, 3, ["a", "a"], ["a", ""], "ab"):
+        with pytest.raises(ValueError, match="hosts= takes a number of hosts from 1 to the 2 ranks"):
+            simulated_hosts(bad, 2)
+    with pytest.raises(ValueError, match="engines='slurm' starts ranks on real hosts already"):
+        Workbench(n=2, engines="slurm", hosts=2)
+    assert _hosts("2") == 2 and _hosts("node-a, node-b") == ["node-a", "node-b"]
