@@ -135,7 +135,7 @@ def test_discovery_needs_discover_first():
         discovery.get_communication_groups()
 
 
-# -- the workbench's view ----------------------------------------------------------------------------------
+# -- the workbench's view (workbench.topology() on a running cluster: tests/test_hosts.py) ------------------
 
 def test_view_static_form_shows_the_matrix_hosts_legend_and_summary():
     import html
@@ -154,18 +154,3 @@ def test_view_static_form_shows_the_matrix_hosts_legend_and_summary():
                   "self = SELF", html.escape(topo.explain(3, 0)), "host host-b: 2 GPUs, ranks 2-3"):
         assert words in page, words
 
-
-def test_workbench_topology_is_one_call_on_a_running_cluster():
-    import socket
-
-    import workbench
-
-    wb = workbench.start(n=2, backend="cpu", heap_size="1MiB", timeout=120)
-    try:
-        view = workbench.topology()
-    finally:
-        report = wb.stop()
-    assert report.ok, report
-    assert view.topology.hosts == [socket.gethostname()] * 2 and view.topology.domains() == [[0, 1]]
-    assert "SHM = SHARED_MEMORY" in view._repr_mimebundle_()["text/html"]
-    assert view.summary().startswith(f"TopologyView: 2 ranks on 1 host ({socket.gethostname()}: ranks 0-1)")
