@@ -344,8 +344,9 @@ class TopologyMap:
             if a.vendor != CPU_VENDOR and link != IntraNodeLinkType.SELF:
                 how += f" (GPU {a.gpu_id} to GPU {b.gpu_id})"
             return f"rank {rank_a} maps rank {rank_b}'s heap: both are on {a.hostname}, linked by {how}."
-        groups = " and ".join(f"{rank_ranges(self.nodes[h].ranks)} share{'s' if self.nodes[h].num_ranks == 1 else ''}"
-                              f" {h}" for h in dict.fromkeys([a.hostname, b.hostname]))
+        groups = " and ".join(
+            f"{rank_ranges(self.nodes[h].ranks)} {'share' if self.nodes[h].num_ranks > 1 else 'is alone on'} {h}"
+            for h in dict.fromkeys([a.hostname, b.hostname]))
         if link == IntraNodeLinkType.NVSWITCH:
             reach = (f"they share fabric domain {a.fabric_info.domain_key} (NVLink), but heaps are mapped only "
                      "within a host here, so they reach each other over torch.distributed")
