@@ -254,7 +254,7 @@ def translate(ptr, from_rank, to_rank, heap_bases, hint: tl.constexpr = None, ma
     """
     offset = ptr.to(tl.int64) - tl.load(heap_bases + from_rank)
     base = tl.load(heap_bases + to_rank)
-    if unmapped_peers.checks_on():  # interpreter only: a rank on another host (base 0) is a clear error
+    if unmapped_peers.CHECKS:  # interpreter only: a rank on another host (base 0) is a clear error
         unmapped_peers.refuse_unmapped(base, to_rank, mask)
     if _debug_checks_on():
         heap_size = tl.load(heap_bases + heap_size_index)

@@ -78,7 +78,7 @@ def collectives_across_hosts():
 
 def _inside_one_host(ctx):
     """A process group of one host's ranks runs on our kernels alone, as in a one-host world; a group spanning
-    hosts is refused."""
+    hosts (but not every rank) is refused."""
     rank, domains = ctx.get_rank(), ctx.topology.domains()
     groups = [dist.new_group(members) for members in domains]  # every rank makes every group
     mine = next(g for g, members in zip(groups, domains) if rank in members)
@@ -87,6 +87,8 @@ def _inside_one_host(ctx):
     out = ctx.zeros(64)
     ctx.ccl.all_reduce(out, inp, group=mine)
     _close("all_reduce over one host", out, torch.full((64,), float(sum(r + 1 for r in members))), torch.float32)
+    if len(members) == 1:  # one rank per host: the only group spanning hosts is every rank, which crosses
+        return {"spanning_group": None}
     spanning = [dist.new_group([m[i] for m in domains]) for i in range(len(members))]
     across = spanning[members.index(rank)]
     try:
@@ -144,3 +146,19 @@ def _refusals(ctx):
         result["ops"] = str(error)
     ctx.barrier()
     return result
+
+
+def far_store_on_gpu(debug):
+    """A kernel storing into the other host's rank on a GPU, where nothing can raise from inside a kernel: what
+    the rank sees (the base is 0, so the store is to the bare heap offset: an illegal address, or, in debug mode,
+    iris's device assertion). The CUDA context is lost afterwards; the process ends."""
+    ctx = iris.iris("8MiB", backend=BACKEND, debug=debug)
+    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    buf = ctx.zeros(16)
+    ctx.barrier()
+    try:
+        _store_kernel[(1,)](buf, ctx.get_heap_bases(), rank, (rank + world // 2) % world, 16, BLOCK=16)
+        torch.cuda.synchronize()
+    except Exception as error:  # torch's AcceleratorError / RuntimeError carrying CUDA's message
+        return {"error": f"{type(error).__name__}: {error}"}
+    raise AssertionError("a kernel's store to a rank on another host neither faulted nor asserted")

@@ -5,16 +5,16 @@ Why: ranks on another host (or, simulated, with another ``IRIS_HOST``) are not m
 address: touching it would be a segfault, or, where that address happens to be mapped, a silently wrong number.
 
 Fix: :func:`iris.device.translate`, the one routine every remote access goes through, calls
-:func:`refuse_unmapped` with the base it read, while :func:`checks_on` says so: on the interpreter, in a process
+:func:`refuse_unmapped` with the base it read, while :data:`CHECKS` says so: on the interpreter, in a process
 whose context has unmapped peers (it called :func:`watch`). :func:`refuse_unmapped` raises the error the context
 builds (naming both ranks, their hosts and what connects them) for the first lane that is not masked off.
-:func:`checks_on` is a ``triton.constexpr_function``: on a GPU it is False when the kernel is compiled, so the
-call is not even traced; on the interpreter both are plain Python calls.
+:data:`CHECKS` is a ``tl.constexpr``: on a GPU it is False when the kernel is compiled, so the call is not even
+traced; on the interpreter the test is one truth test and the call a plain Python call.
 
 Examples
 --------
->>> watch(lambda peer, where: ValueError(f"{where}: rank 0 does not map rank {peer}'s heap"))   # by iris.iris()
->>> checks_on()
+>>> watch(lambda peer, where: ValueError(f"{where}: rank 0 does not map rank {peer}'s heap"))  # doctest: +SKIP
+>>> bool(CHECKS)                                                                              # doctest: +SKIP
 True
 """
 
@@ -23,6 +23,7 @@ import sys
 
 import numpy as np
 import triton
+import triton.language as tl
 
 # Frames in these folders are the machinery between a kernel and its translation, not the kernel.
 _LIBRARY_DIRS = (os.path.dirname(triton.__file__) + os.sep,
@@ -35,19 +36,17 @@ def watch(explain) -> None:
     """Check every translation of interpreted kernels from now on; ``explain(peer, where)`` returns the exception
     to raise when ``peer``'s heap is not mapped here, ``where`` naming the kernel's function and line (the latest
     call wins: the context made last in this process)."""
+    if not triton.knobs.runtime.interpret:
+        raise RuntimeError("iris.interpret.unmapped_peers.watch: the Triton interpreter is off; on a GPU, "
+                           "kernels cannot raise (see iris.device)")
     _explain[:] = [explain]
+    CHECKS.value = True
 
 
-def forget() -> None:
-    """Stop checking (no context with unmapped peers is left)."""
-    _explain.clear()
-
-
-@triton.constexpr_function
-def checks_on():
-    """Whether :func:`iris.device.translate` calls :func:`refuse_unmapped` (read as the kernel is traced or
-    interpreted)."""
-    return bool(_explain) and bool(triton.knobs.runtime.interpret)
+# Whether iris.device.translate calls refuse_unmapped: a constexpr, so that a GPU compile sees False and traces
+# nothing (its value is read when a kernel is compiled; it is set only on the interpreter), and the interpreter
+# pays one truth test per translation.
+CHECKS = tl.constexpr(False)
 
 
 def _values(x):
@@ -71,7 +70,7 @@ def refuse_unmapped(base, to_rank, mask=None):
 
 # Triton's dependency walk (the cache key of every kernel calling translate, on a GPU too) rejects plain functions
 # a kernel names, and walks a constexpr function's body, which calls numpy; a builtin it skips. The call is never
-# traced on a GPU (checks_on() is False there), and on the interpreter it is a plain Python call.
+# traced on a GPU (CHECKS is False there), and on the interpreter it is a plain Python call.
 refuse_unmapped.__triton_builtin__ = True
 
 
