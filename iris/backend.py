@@ -1,8 +1,10 @@
-"""Which backend a process uses: ``cuda`` (GPU heaps over CUDA IPC) or ``cpu`` (Triton interpreter over /dev/shm),
-and which allocator hands out its heap (upstream Iris's ``allocator_type``).
+"""Which backend a process uses: ``cuda`` (GPU heaps) or ``cpu`` (Triton interpreter over /dev/shm), and which
+allocator hands out its heap (upstream Iris's ``allocator_type``: on ``cuda``, ``"vmem"`` for CUDA virtual memory
+or ``"torch"`` for CUDA IPC).
 
 Order of precedence for both: the argument, then the environment (``IRIS_BACKEND``, ``IRIS_ALLOCATOR``),
-then the default (``cuda`` when a GPU is visible, else ``cpu``; the ``torch`` allocator).
+then the default (``cuda`` when a GPU is visible, else ``cpu``; on ``cuda`` the ``vmem`` allocator where the
+driver supports it, else ``torch``; on ``cpu`` ``torch``).
 
 Examples
 --------
@@ -70,11 +72,12 @@ def kernels_run_on_gpu() -> bool:
 
 
 ALLOCATORS = ("torch", "vmem")
-# What the cuda backend uses when no allocator is named: "vmem" where its driver supports it (else "torch", said
-# once), or "torch". The VMM heap is the default only if it measures within 3% of the IPC heap:
-# benchmarks/vmm_vs_ipc.py, benchmarks/RESULTS.md "The VMM heap against the IPC heap".
-CUDA_DEFAULT = "torch"
-_fallback_said = False
+# What the cuda backend uses when no allocator is named: "vmem" where the driver supports it, else "torch" (CUDA
+# IPC), the choice said once. The VMM heap is the default because it measured within 3% of the IPC heap (RMA
+# bandwidth, all_reduce latency; 2 x H100, 2026-11-26): benchmarks/vmm_vs_ipc.py, benchmarks/RESULTS.md "The VMM
+# heap against the IPC heap (issue 30)".
+CUDA_DEFAULT = "vmem"
+_choice_said = False
 
 
 def choose_allocator(allocator_type: str | None = None, backend: str | None = None) -> str:
@@ -87,7 +90,8 @@ def choose_allocator(allocator_type: str | None = None, backend: str | None = No
     grows when an allocation needs it (``heap_size`` is where it starts; it can grow to the GPU's memory), and
     ``as_symmetric`` shares an outside tensor's memory where that memory is CUDA virtual memory (else copies,
     saying why). On ``cpu`` it is refused: the /dev/shm heap is sparse, so a large ``heap_size`` costs only the
-    pages used. With nothing named, ``cuda`` uses :data:`CUDA_DEFAULT`. Unlike upstream, an explicit argument wins
+    pages used. With nothing named, ``cuda`` uses :data:`CUDA_DEFAULT` (``"vmem"`` where the driver supports it,
+    else ``"torch"``, said once). Unlike upstream, an explicit argument wins
     over ``IRIS_ALLOCATOR``, as ``backend=`` wins over ``IRIS_BACKEND``.
 
     Examples
@@ -118,18 +122,20 @@ def choose_allocator(allocator_type: str | None = None, backend: str | None = No
 
 
 def _vmem_or_ipc() -> str:
-    """``"vmem"`` where this process's GPU supports the virtual-memory heap, else ``"torch"``, said once."""
-    global _fallback_said
+    """``"vmem"`` where this process's GPU supports the virtual-memory heap, else ``"torch"``; said once per process
+    (a warning for the fallback, an info line otherwise)."""
+    global _choice_said
     import torch
 
     from .heap.cuda_vmm import vmm_unavailable
+    from .logging import logger
 
     why = vmm_unavailable(torch.cuda.current_device())
-    if why is None:
-        return "vmem"
-    if not _fallback_said:
-        from .logging import logger
-
-        logger.warning("iris: the heap uses CUDA IPC (allocator_type='torch'): %s", why)
-        _fallback_said = True
-    return "torch"
+    if not _choice_said:
+        if why is None:
+            logger.info("iris: heaps on CUDA virtual memory (allocator_type='vmem'): they grow when an allocation "
+                        "needs it; allocator_type='torch' for CUDA IPC")
+        else:
+            logger.warning("iris: heaps on CUDA IPC (allocator_type='torch'), not CUDA virtual memory: %s", why)
+        _choice_said = True
+    return "vmem" if why is None else "torch"

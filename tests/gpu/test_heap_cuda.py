@@ -14,7 +14,8 @@ from tests.multirank import run_ranks
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 CASES = "tests.rank_cases_heap"
-CUDA = {"IRIS_TEST_BACKEND": "cuda", "IRIS_BACKEND": "cuda"}
+# The IPC heap's tests: allocator "torch" (the default on cuda is the VMM heap: tests/gpu/test_vmm_heap_cuda.py)
+CUDA = {"IRIS_TEST_BACKEND": "cuda", "IRIS_BACKEND": "cuda", "IRIS_ALLOCATOR": "torch"}
 
 
 def test_creation_family_and_offsets_agree():

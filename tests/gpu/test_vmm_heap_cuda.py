@@ -100,28 +100,35 @@ def takes_in_an_outside_tensor():
 
 
 def nothing_left_after_a_heap():
-    """A VMM heap made, grown, used and dropped three times: the GPU's free memory and the open descriptors are
-    back where they were."""
+    """VMM heaps made, grown to a quarter of the GPU, used and dropped, five times (more than the GPU holds at
+    once): after the first (which loads kernels and starts torch's caches), the GPU's free memory and the open
+    descriptors come back to where they were after each."""
     import torch.distributed as dist
 
     import iris
 
-    probe = iris.iris("2MiB", "torch")  # torch.distributed and the caching allocator started outside the count
-    del probe
-    gc.collect()
-    torch.cuda.empty_cache()
-    dist.barrier()
-    free_before, fds_before = torch.cuda.mem_get_info()[0], len(os.listdir("/proc/self/fd"))
-    for _ in range(3):
+    def one_heap():
         ctx = iris.iris("64MiB", "vmem")
-        grown = ctx.zeros(64 << 20)  # 256 MiB: grows
+        grown = ctx.zeros(torch.cuda.mem_get_info()[1] // 4 // 4)  # a quarter of the GPU, in float32: it grows
         ctx.barrier()
         del grown, ctx
         gc.collect()
-    torch.cuda.empty_cache()
-    dist.barrier()  # every rank has unmapped its peers' heaps: only then is their memory free
+        torch.cuda.empty_cache()
+        dist.barrier()  # every rank has unmapped its peers' heaps: only then is their memory free
+
+    one_heap()
+    free_before, fds_before = torch.cuda.mem_get_info()[0], len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        one_heap()
     return {"freed_mib": (torch.cuda.mem_get_info()[0] - free_before) / 2**20,
             "fds": len(os.listdir("/proc/self/fd")) - fds_before}
+
+
+def allocator_chosen():
+    import iris
+
+    os.environ.pop("IRIS_ALLOCATOR", None)
+    return iris.iris("2MiB").allocator_type
 
 
 # -- the tests --------------------------------------------------------------------------------------------
@@ -162,3 +169,14 @@ def test_as_symmetric_copies_cudamalloc_memory_saying_why():
 def test_nothing_left_on_the_gpu_after_the_heaps():
     for r in run_ranks(WORLD, f"{__name__}:nothing_left_after_a_heap", env=VMM, timeout=300):
         assert r["freed_mib"] > -8 and r["fds"] <= 0, r
+
+
+def test_dropped_vmm_heaps_are_freed_before_a_new_one():
+    """The IPC heap's case (ten heaps of an eighth of the GPU, each dropped in a reference cycle), on VMM heaps."""
+    assert all(r["size"] > 0 for r in run_ranks(WORLD, "tests.rank_cases_heap:dropped_heaps_are_freed", env=VMM,
+                                                 timeout=300))
+
+
+def test_the_default_on_cuda_is_the_vmm_heap():
+    env = {key: value for key, value in VMM.items() if key != "IRIS_ALLOCATOR"}
+    assert run_ranks(WORLD, f"{__name__}:allocator_chosen", env=env) == ["vmem"] * WORLD
