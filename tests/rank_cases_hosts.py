@@ -1,5 +1,6 @@
 """Code that runs inside each rank for tests/test_hosts.py and tests/gpu/test_hosts_cuda.py: ranks on several
-hosts, simulated on one machine with ``IRIS_HOST`` per rank (tests/multirank.py's ``rank_env``).
+hosts, simulated on one machine with ``IRIS_HOST`` per rank (tests/multirank.py's ``rank_env``); any layout of
+hosts with as many ranks each (blocks of consecutive ranks, or ranks dealt round-robin).
 
 Every rank makes its inputs from a generator seeded by (rank, call), so it can rebuild every peer's inputs and
 check its results against torch without exchanging data; a failed check raises in the rank. Backend: env
@@ -113,8 +114,9 @@ def _atomic_kernel(context, buf, peer, rank: tl.constexpr, world: tl.constexpr):
 def _refusals(ctx):
     """What cannot cross hosts says so: as_remote, a kernel's store and atomic (interpreter), the fused ops."""
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
-    far = (rank + world // 2) % world  # a rank on the other host (2 hosts of world / 2 ranks)
-    near = rank ^ 1 if world > 2 else rank
+    mine = next(members for members in ctx.topology.domains() if rank in members)
+    far = next(r for r in range(world) if r not in mine)  # the first rank on another host
+    near = next((r for r in mine if r != rank), rank)  # another rank of this host, or this one
     buf = ctx.zeros(16)
     result = {}
     try:
@@ -153,11 +155,12 @@ def far_store_on_gpu(debug):
     the rank sees (the base is 0, so the store is to the bare heap offset: an illegal address, or, in debug mode,
     iris's device assertion). The CUDA context is lost afterwards; the process ends."""
     ctx = iris.iris("8MiB", backend=BACKEND, debug=debug)
-    rank, world = ctx.get_rank(), ctx.get_num_ranks()
+    rank = ctx.get_rank()
+    far = next(r for r in range(ctx.get_num_ranks()) if not ctx.topology.can_map(rank, r))
     buf = ctx.zeros(16)
     ctx.barrier()
     try:
-        _store_kernel[(1,)](buf, ctx.get_heap_bases(), rank, (rank + world // 2) % world, 16, BLOCK=16)
+        _store_kernel[(1,)](buf, ctx.get_heap_bases(), rank, far, 16, BLOCK=16)
         torch.cuda.synchronize()
     except Exception as error:  # torch's AcceleratorError / RuntimeError carrying CUDA's message
         return {"error": f"{type(error).__name__}: {error}"}
