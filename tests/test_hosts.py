@@ -11,6 +11,8 @@ import pytest
 
 import workbench
 from workbench.cluster import Workbench, local_ranks, simulated_hosts
+from iris.heap.reach import fault_note
+from iris.topology import GPUInfo, RankRecord, TopologyMap
 from workbench.magics import _hosts
 
 from .multirank import run_ranks
@@ -92,3 +94,13 @@ def test_simulated_hosts_are_blocks_of_consecutive_ranks_and_bad_ones_say_what_t
     with pytest.raises(ValueError, match="engines='slurm' starts ranks on real hosts already"):
         Workbench(n=2, engines="slurm", hosts=2)
     assert _hosts("2") == 2 and _hosts("node-a, node-b") == ["node-a", "node-b"]
+
+
+def test_a_gpu_fault_in_a_world_of_several_hosts_gets_a_note_naming_the_ranks():
+    topology = TopologyMap.from_records([RankRecord(GPUInfo.for_cpu_rank(r, "ab"[r // 2])) for r in range(4)])
+    note = fault_note(topology, 3, "AcceleratorError: CUDA error: an illegal memory access was encountered")
+    assert note.startswith("rank 3 maps the heaps of ranks 2-3 only; ranks 0-1 are on other hosts: rank 3 (b) "
+                           "cannot address rank 0's heap (a)")
+    assert fault_note(topology, 3, "CUDA error: out of memory") is None
+    one_host = TopologyMap.from_records([RankRecord(GPUInfo.for_cpu_rank(r, "a")) for r in range(2)])
+    assert fault_note(one_host, 0, "CUDA error: device-side assert triggered") is None

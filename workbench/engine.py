@@ -214,11 +214,26 @@ def run_cell(source: str, filename: str) -> dict:
         status, error = "interrupted", format_error(exc, filename)
     except BaseException as exc:  # noqa: B036  (SystemExit too: a cell must not end the engine)
         status, error = "error", format_error(exc, filename)
+        _add_fault_note(error, namespace.get("ctx"))
     finally:
         seconds = time.perf_counter() - start
         sys.stdout.flush()
         sys.stderr.flush()
     return {"rank": namespace.get("rank"), "status": status, "seconds": seconds, "error": error}
+
+
+def _add_fault_note(error: dict, ctx) -> None:
+    """On a GPU rank of a world spanning several hosts, a fault (illegal address, device assertion) gets a note naming
+    the ranks this rank cannot address (:func:`iris.heap.reach.fault_note`): on a GPU a kernel cannot raise the
+    clear error the CPU backend gives."""
+    if getattr(ctx, "backend", None) != "cuda":
+        return
+    from iris.heap.reach import fault_note
+
+    note = fault_note(ctx.topology, ctx.cur_rank, error["message"])
+    if note:
+        error["message"] += f"\n{note}"
+        error["traceback"] += f"{note}\n"
 
 
 def _compiler_messages(namespace: dict):

@@ -19,7 +19,9 @@ barrier            device barrier over the domain                   all_reduce o
 =================  ===============================================  =============================================
 
 Every level is stream-ordered (on GPUs NCCL's work waits for the kernels before it, and later work for NCCL's),
-so the calls keep their one-domain meaning, but they run as ``async_op=False`` (the workspace returned is the
+so the calls keep their one-domain meaning (reductions round each domain's partial sum to the tensor's dtype
+before the levels between domains add them, as NCCL's own two-level algorithms do), but they run as
+``async_op=False`` (the workspace returned is the
 domain level's; its ``wait()`` is then a barrier over the domain and nothing more). The domains must be of one
 size, each of evenly spaced ranks (hosts with the same number of ranks, as a Slurm allocation of whole nodes
 gives); other layouts are refused, naming the domains. ``group=`` sub-groups inside one domain run on our kernels

@@ -3,7 +3,8 @@
 A rank maps the heaps of the ranks it can reach through memory (:meth:`iris.topology.TopologyMap.can_map`: today
 the ranks of its host); the others, on other hosts, are reached only over the network, by torch.distributed.
 Their heap base is 0, and every way of addressing them (``ctx.as_remote``, and on the CPU interpreter every
-remote load, store, atomic, get, put and copy of a kernel) raises :class:`UnreachableRankError`.
+remote load, store, atomic, get, put and copy of a kernel) raises :class:`UnreachableRankError`; on a GPU, where
+a kernel cannot raise, :func:`fault_note` says the same beside the fault.
 
 Examples
 --------
@@ -17,10 +18,15 @@ iris.heap.reach.UnreachableRankError: ctx.as_remote(x, 2) on rank 0: rank 0 (hos
 from __future__ import annotations
 
 from ..interpret.kernel_errors import RaisedAsIs
+from ..topology.map import rank_ranges
 
 ADVICE = ("Exchange data with ranks on other hosts through ctx.ccl's collectives (which cross hosts over "
           "torch.distributed) or torch.distributed itself; kernels address only the ranks of their own domain "
           "(ctx.topology.domains())")
+
+
+# What CUDA says when a kernel touched an address nothing maps, or iris's debug-mode assertion fired.
+GPU_FAULTS = ("an illegal memory access was encountered", "device-side assert triggered")
 
 
 class UnreachableRankError(RaisedAsIs, ValueError):
@@ -42,6 +48,29 @@ def reachable_ranks(topology, rank: int) -> list[bool] | None:
         return None
     reachable = [topology.can_map(rank, peer) for peer in range(topology.world_size)]
     return None if all(reachable) else reachable
+
+
+def fault_note(topology, rank: int, error: str) -> str | None:
+    """For a GPU fault on ``rank`` (``error``: its message) in a world of several domains, what the report should add:
+    which ranks' heaps this rank maps, which it does not and what connects them (on a GPU a kernel cannot raise: one
+    that addresses an unmapped rank faults, see :mod:`iris.device`); None for other errors or one domain.
+
+    Examples
+    --------
+    >>> print(fault_note(topology, 0, "CUDA error: an illegal memory access was encountered"))  # doctest: +SKIP
+    rank 0 maps the heaps of ranks 0-1 only; ranks 2-3 are on other hosts: rank 0 (host-a) cannot address ...
+    """
+    if topology is None or not any(fault in error for fault in GPU_FAULTS):
+        return None
+    domains = topology.domains()
+    if len(domains) == 1:
+        return None
+    mine = next(members for members in domains if rank in members)
+    others = [r for r in range(topology.world_size) if r not in mine]
+    return (f"rank {rank} maps the heaps of {rank_ranges(mine)} only; {rank_ranges(others)} "
+            f"{'is' if len(others) == 1 else 'are'} on other hosts: {topology.explain(rank, others[0])} A kernel that "
+            "addresses them faults like this on a GPU (an illegal address; in debug mode, iris's device assertion). "
+            "The rank's CUDA context is lost: restart the ranks (%iris restart)")
 
 
 def unreachable(topology, rank: int, peer: int, what: str) -> UnreachableRankError:
