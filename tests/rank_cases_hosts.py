@@ -82,7 +82,7 @@ def _inside_one_host(ctx):
     hosts (but not every rank) is refused."""
     rank, domains = ctx.get_rank(), ctx.topology.domains()
     groups = [dist.new_group(members) for members in domains]  # every rank makes every group
-    mine = next(g for g, members in zip(groups, domains) if rank in members)
+    mine = next(g for g, members in zip(groups, domains, strict=True) if rank in members)
     members = next(m for m in domains if rank in m)
     inp = ctx.full((64,), float(rank + 1))
     out = ctx.zeros(64)

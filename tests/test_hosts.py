@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 import workbench
-from workbench.cluster import Workbench, local_ranks, simulated_hosts
 from iris.heap.reach import fault_note
 from iris.topology import GPUInfo, RankRecord, TopologyMap
+from workbench.cluster import Workbench, local_ranks, simulated_hosts
 from workbench.magics import _hosts
 
 from .multirank import run_ranks

@@ -175,7 +175,8 @@ class IrisMagics(Magics):
     @line_magic
     def iris(self, line: str):
         """Manage and look at the ranks: ``%iris start -n N [--backend auto|cpu|cuda] [--heap SIZE]
-        [--engines LAUNCHER] [--timeout S] [--check races] [--hosts K]``, ``%iris stop``, ``%iris restart``, ``%iris status``,
+        [--engines LAUNCHER] [--timeout S] [--check races] [--hosts K]``, ``%iris stop``, ``%iris restart``,
+        ``%iris status``,
         ``%iris heap``, ``%iris show NAME [--reduction mean|maxabs]``, ``%iris remote NAME --rank R``,
         ``%iris bench LABEL=EXPR ... [--flops F] [--bytes B] [--peer-bytes P] [--graph auto|on|off]``,
         ``%iris timeline [--save FILE]``, ``%iris traffic [--launch K] [--need BYTES]``,

@@ -228,7 +228,7 @@ def _layout_problem(domains: list[list[int]]) -> str | None:
     if len(sizes) > 1:
         return (f"the domains hold {' and '.join(map(str, sizes))} ranks; collectives across domains need the same "
                 "number of ranks in each (start as many ranks on every host)")
-    uneven = [members for members in domains if len({b - a for a, b in zip(members, members[1:])}) > 1]
+    uneven = [members for members in domains if len({b - a for a, b in zip(members, members[1:], strict=False)}) > 1]
     if uneven:
         return (f"the ranks of domain {uneven[0]} are not evenly spaced; our kernels take consecutive or strided "
                 "ranks (give each host a block of consecutive ranks)")

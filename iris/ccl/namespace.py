@@ -15,8 +15,8 @@ Examples
 
 from __future__ import annotations
 
-from .all_gather import all_gather
 from .across_domains import AcrossDomains
+from .all_gather import all_gather
 from .all_reduce import all_reduce, all_reduce_preamble, spinlock_tile
 from .all_to_all import all_to_all
 from .barrier import device_barrier
