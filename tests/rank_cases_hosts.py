@@ -45,7 +45,7 @@ def collectives_across_hosts():
         inp = ctx.zeros(1000, dtype=dtype)
         out = ctx.zeros(1000, dtype=dtype)
         inp.copy_(_values(rank, call, (1000,), dtype).to(device))
-        ctx.ccl.all_reduce(out, inp)
+        ctx.ccl.all_reduce(out, inp, workspace=ctx.ccl.all_reduce_preamble(out, inp))
         _close("all_reduce", out, sum(_values(r, call, (1000,), dtype).double() for r in range(world)), dtype)
 
         part = ctx.zeros(3, 5, dtype=dtype)

@@ -334,7 +334,7 @@ class SymmetricHeap:
             raise ValueError(f"rank {self.rank}: expected a torch.Tensor on the symmetric heap, got {type(tensor)}")
         address = tensor.untyped_storage().data_ptr() if tensor.device == self.device else None
         for rank, base in enumerate(self.bases):
-            if address is not None and rank != self.rank and base <= address < base + self.size:
+            if address is not None and rank != self.rank and base and base <= address < base + self.size:
                 raise ValueError(
                     f"rank {self.rank}: this tensor already views rank {rank}'s heap (an as_remote view); "
                     "pass the local tensor it was made from"
