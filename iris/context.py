@@ -108,7 +108,7 @@ class Iris:
         self._device_context = torch.tensor(
             [self.cur_rank, self.num_ranks, *self.heap.bases] + tail, dtype=torch.int64, device=self.heap.device,
         )
-        self.heap.on_grow.append(self._heap_grew)  # a "vmem" heap grows when an allocation needs it
+        self.heap.on_grow.append(weakref.WeakMethod(self._heap_grew))  # a "vmem" heap grows when it must
         self.tracing = Tracing(self)  # device tracing: ctx.tracing.enable(), reset(), export()
         if self.debug_mode:
             enable_debug_checks(self.cur_rank)

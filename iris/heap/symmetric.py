@@ -46,6 +46,7 @@ class AllocationInfo:
 
 @dataclass
 class _Allocation:
+    offset: int  # where its reserved range starts; info.offset, where the tensor starts, is later for a taken-in one
     info: AllocationInfo
     reserved: int
     owner: weakref.ref  # dead once no tensor on this rank uses the allocation's storage
@@ -154,7 +155,9 @@ class SymmetricHeap:
         self._count = 0
         # Called with (offset, reserved bytes) of every new allocation (the race checker forgets old accesses).
         self.on_allocate: list = []
-        # Called with the new size when the heap grows (the context's device context carries the size).
+        # Weak references (weakref.WeakMethod) to callables called with the new size when the heap grows (the
+        # context's device context carries the size): the heap lives as long as any tensor on it, and must not
+        # keep a dropped context (and its race checker) alive with it.
         self.on_grow: list = []
 
     # -- allocation -------------------------------------------------------------------------------
@@ -179,7 +182,7 @@ class SymmetricHeap:
         raw, owner = self.memory.view(self.rank, offset, reserved)
         tensor = raw[:nbytes].view(dtype).view(shape)
         info = AllocationInfo(offset, nbytes, dtype, shape, label)
-        self._live[offset] = _Allocation(info, reserved, weakref.ref(owner))
+        self._live[offset] = _Allocation(offset, info, reserved, weakref.ref(owner))
         for listener in self.on_allocate:
             listener(offset, reserved)
         return tensor
@@ -210,8 +213,9 @@ class SymmetricHeap:
         self.size = self.memory.size
         self._allocator.grow(self.size)
         self._sized_bases[0] = self.size
-        for listener in self.on_grow:
-            listener(self.size)
+        for reference in self.on_grow:
+            if (listener := reference()) is not None:
+                listener(self.size)
 
     def _shape(self, size) -> tuple[int, ...]:
         dims = tuple(size) if isinstance(size, tuple | list | torch.Size) else (size,)
@@ -283,8 +287,10 @@ class SymmetricHeap:
         raw, owner = self.memory.view(self.rank, offset, region)
         owner.outside = tensor  # its memory stays its allocator's: keep it from being handed out again
         shared = raw[lead:lead + nbytes].view(tensor.dtype).view(tensor.shape)
-        info = AllocationInfo(offset, nbytes, tensor.dtype, tuple(tensor.shape), label)  # the tensor: lead bytes in
-        self._live[offset] = _Allocation(info, region, weakref.ref(owner), taken_in=True)
+        info = AllocationInfo(offset + lead, nbytes, tensor.dtype, tuple(tensor.shape), label)  # lead bytes in
+        self._live[offset] = _Allocation(offset, info, region, weakref.ref(owner), taken_in=True)
+        for listener in self.on_allocate:
+            listener(offset, region)
         return shared
 
     def _check_agreement(self, requests) -> None:
@@ -354,10 +360,11 @@ class SymmetricHeap:
                 f"rank {self.rank}: as_remote rank {rank} is out of range: the valid ranks are "
                 f"0 to {self.world_size - 1}"
             )
-        allocation = self._live[self.find(tensor).offset]
+        self.find(tensor)  # says why when it is not on this rank's heap
+        allocation = self._allocation_of(tensor)
         if self.reachable is not None and not self.reachable[rank]:
             raise unreachable(self.topology, self.rank, rank, f"as_remote(tensor, {rank})")
-        raw, _ = self.memory.view(rank, allocation.info.offset, allocation.reserved)
+        raw, _ = self.memory.view(rank, allocation.offset, allocation.reserved)
         return raw.view(tensor.dtype).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
 
     def copy_2d(self, dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -425,14 +432,14 @@ class SymmetricHeap:
         >>> scratch = ctx.zeros(1024); del scratch               # doctest: +SKIP
         >>> ctx.heap.allocator.heap_offset = mark                # doctest: +SKIP
         """
-        return max((a.info.offset + a.reserved for a in self._live.values() if a.referenced), default=0)
+        return max((a.offset + a.reserved for a in self._live.values() if a.referenced), default=0)
 
     @heap_offset.setter
     def heap_offset(self, offset: int) -> None:
         if isinstance(offset, bool) or not hasattr(offset, "__index__") or not 0 <= offset <= self.size:
             raise ValueError(f"rank {self.rank}: heap_offset must be an int from 0 to the heap's {self.size} bytes, "
                              f"got {offset!r}: set it to a value read from heap_offset")
-        in_use = [a.info for a in self._live.values() if a.referenced and a.info.offset + a.reserved > offset]
+        in_use = [a.info for a in self._live.values() if a.referenced and a.offset + a.reserved > offset]
         if in_use:
             names = ", ".join(f"{a.label or f'alloc@{a.offset:#x}'} ({_describe((a.nbytes, str(a.dtype), a.shape))})"
                               for a in sorted(in_use, key=lambda a: a.offset))
