@@ -20,7 +20,7 @@ from IPython.utils.capture import capture_output
 from PIL import Image
 
 import workbench
-from workbench.widgets import BufferView, HeapInspector, RemoteView, reduce, registry
+from workbench.widgets import BufferView, HeapInspector, RemoteView, TopologyView, reduce, registry
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_heap_files_left_behind")]
 
@@ -196,6 +196,14 @@ def test_show_names_the_ranks_that_lack_the_variable(shell, wb):
 
 
 # -- HeapInspector -----------------------------------------------------------------------------------
+
+def test_topology_magic_shows_who_reaches_whom(shell, wb, displayed):
+    shell.run_line_magic("iris", "topology")
+    [view] = displayed
+    assert isinstance(view, TopologyView) and view.topology.domains() == [[0, 1]]
+    assert view._repr_mimebundle_()["text/plain"] == f"TopologyView: {view.topology.headline()}"
+    assert "rank 1 · " in view._repr_mimebundle_()["text/html"]
+
 
 def test_heap_inspector_names_allocations_after_variables(shell, wb, displayed):
     run(shell, "", "alpha = ctx.zeros(1000, name='alpha_label')\nalias = alpha\n"

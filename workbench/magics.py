@@ -83,7 +83,8 @@ def _iris_parser() -> argparse.ArgumentParser:
                        help="check every cell's kernels for data races (CPU backend) and show them after it")
     for name, text in (("stop", "stop every rank"), ("restart", "stop, then start with the same settings"),
                        ("status", "ranks, pids, hosts, devices"),
-                       ("heap", "every rank's heap, allocations named after variables (a widget)")):
+                       ("heap", "every rank's heap, allocations named after variables (a widget)"),
+                       ("topology", "who reaches whom: rank x rank links, ranks by host, the summary (a widget)")):
         commands.add_parser(name, help=text)
     show = commands.add_parser("show", help="every rank's copy of a tensor, side by side (a widget)")
     show.add_argument("name", help="a variable or expression, e.g. x or x[0]")
@@ -202,6 +203,8 @@ class IrisMagics(Magics):
             print(wb.status())
         elif args.command == "heap":
             display(workbench.heap())
+        elif args.command == "topology":
+            display(workbench.topology())
         elif args.command == "show":
             display(workbench.show(args.name, reduction=args.reduction))
         elif args.command == "remote":
