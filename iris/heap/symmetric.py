@@ -28,8 +28,6 @@ from ..sizes import format_size
 from .allocator import Allocator, OutOfHeap, Usage
 from .reach import reachable_ranks, unreachable
 
-OFF_GPU = "not a CUDA tensor"  # why a rank's tensor cannot be taken in, which refuses the call on every rank
-
 
 class AllocationDivergence(RuntimeError):
     """Ranks asked for different allocations at the same point of the program."""
@@ -266,9 +264,7 @@ class SymmetricHeap:
         request = (nbytes, str(tensor.dtype), tuple(tensor.shape))
         if not hasattr(self.memory, "take_in"):
             return None
-        if tensor.device.type != "cuda":
-            segments = f"{OFF_GPU}: it is on {tensor.device}"
-        elif tensor.device != self.device or not tensor.is_contiguous() or nbytes == 0:
+        if tensor.device != self.device or not tensor.is_contiguous() or nbytes == 0:
             segments = f"it is not a contiguous, non-empty tensor on {self.device}"
         else:
             segments = self.memory.segments_of(tensor.data_ptr(), nbytes)
@@ -276,11 +272,6 @@ class SymmetricHeap:
                                (tensor.data_ptr() - segments[0][0], sum(n for _, n in segments)))
         unit = self.memory.granularity
         why = {rank: fact for rank, fact in enumerate(facts) if isinstance(fact, str)}
-        if any(fact.startswith(OFF_GPU) for fact in why.values()):  # upstream's vmem refuses these; every rank alike
-            raise RuntimeError(f"rank {self.rank}: as_symmetric with allocator_type='vmem' shares a CUDA tensor's "
-                               "memory, and some ranks passed none (" + "; ".join(
-                                   f"rank {r}: {w}" for r, w in why.items() if w.startswith(OFF_GPU)) + "): pass "
-                               "CUDA tensors, or use allocator_type='torch', whose as_symmetric copies any tensor")
         if not why and len({lead % unit for lead, _ in facts}) > 1:
             why = {rank: f"it starts {lead % unit:#x} bytes into a chunk" for rank, (lead, _) in enumerate(facts)}
         if why:
