@@ -45,7 +45,12 @@ def choose_backend(backend: str | None = None) -> str:
 
 
 def gpu_for_rank(rank: int) -> int:
-    """The GPU rank ``rank``'s heap lives on: ``rank % device count``, so ranks share GPUs when they outnumber them.
+    """The GPU rank ``rank``'s heap lives on: its index among its host's ranks modulo the device count, so ranks
+    share GPUs when they outnumber them.
+
+    The index is ``LOCAL_RANK`` (set by torchrun and by the workbench per host) when ``rank`` is this process's
+    ``RANK``: ranks dealt round-robin over hosts then still use every GPU of theirs. Otherwise, and where several
+    hosts are simulated on one machine (``IRIS_HOST``: they share its GPUs), it is ``rank`` itself.
 
     Examples
     --------
@@ -54,7 +59,8 @@ def gpu_for_rank(rank: int) -> int:
     """
     import torch
 
-    return rank % torch.cuda.device_count()
+    own = os.environ.get("RANK") == str(rank) and "LOCAL_RANK" in os.environ and not os.environ.get("IRIS_HOST")
+    return (int(os.environ["LOCAL_RANK"]) if own else rank) % torch.cuda.device_count()
 
 
 def kernels_run_on_gpu() -> bool:

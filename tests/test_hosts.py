@@ -104,3 +104,18 @@ def test_a_gpu_fault_in_a_world_of_several_hosts_gets_a_note_naming_the_ranks():
     assert fault_note(topology, 3, "CUDA error: out of memory") is None
     one_host = TopologyMap.from_records([RankRecord(GPUInfo.for_cpu_rank(r, "a")) for r in range(2)])
     assert fault_note(one_host, 0, "CUDA error: device-side assert triggered") is None
+
+
+def test_a_rank_uses_the_gpu_of_its_index_on_its_host(monkeypatch):
+    import torch
+
+    from iris.backend import gpu_for_rank
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)  # a host of 4 GPUs (torch's answer, not ours)
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    monkeypatch.delenv("IRIS_HOST", raising=False)
+    assert gpu_for_rank(5) == 2  # rank 5 is its host's third rank (ranks dealt round-robin over hosts)
+    assert gpu_for_rank(3) == 3  # another rank than this process's: by its number
+    monkeypatch.setenv("IRIS_HOST", "host-1")
+    assert gpu_for_rank(5) == 1  # hosts simulated on one machine share its GPUs: by rank
