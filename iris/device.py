@@ -19,7 +19,8 @@ the kernel and rank instead of a segfault or silent corruption. See :func:`enabl
 A rank whose heap this process does not map (on another host: its base is 0) cannot be addressed. On the CPU
 interpreter :func:`translate` refuses it always, with an error naming both ranks, their hosts and what connects
 them (:mod:`iris.interpret.unmapped_peers`); on a GPU debug mode asserts it, and without debug mode the access
-faults (an illegal address: the bare heap offset), never reaching another buffer.
+goes to the bare heap offset, which faults (an illegal address) where it lies below the GPU's lowest mapping
+(16 GiB on the H100s measured): a larger heap needs debug mode to rule out landing in mapped memory.
 
 Examples
 --------
