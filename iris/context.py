@@ -38,7 +38,7 @@ from .device import DeviceContext as TritonContext  # noqa: F401  (upstream's na
 from .distributed import HostGroup
 from .gluon import IrisDeviceCtx as GluonContext  # noqa: F401  (upstream's name, iris.context.GluonContext)
 from .heap import SymmetricHeap, Usage
-from .heap.reach import unreachable
+from .heap.reach import device_bases, unreachable
 from .interpret.unmapped_peers import watch as watch_unmapped_peers
 from .ops.namespace import Ops
 from .sizes import parse_size
@@ -106,7 +106,8 @@ class Iris:
         tail = [0] * (HEAP_SIZE_SLOT + 1)
         tail[HEAP_SIZE_SLOT] = self.heap_size
         self._device_context = torch.tensor(
-            [self.cur_rank, self.num_ranks, *self.heap.bases] + tail, dtype=torch.int64, device=self.heap.device,
+            [self.cur_rank, self.num_ranks, *device_bases(self.heap.bases)] + tail, dtype=torch.int64,
+            device=self.heap.device,
         )
         self.heap.on_grow.append(weakref.WeakMethod(self._heap_grew))  # a "vmem" heap grows when it must
         self.tracing = Tracing(self)  # device tracing: ctx.tracing.enable(), reset(), export()

@@ -16,11 +16,11 @@ Debug mode (``IRIS_DEBUG=1`` or ``iris.iris(..., debug=True)``) makes :func:`tra
 each translated pointer lies in the heap it is translated from: a bad pointer is then an error naming
 the kernel and rank instead of a segfault or silent corruption. See :func:`enable_debug_checks`.
 
-A rank whose heap this process does not map (on another host: its base is 0) cannot be addressed. On the CPU
-interpreter :func:`translate` refuses it always, with an error naming both ranks, their hosts and what connects
-them (:mod:`iris.interpret.unmapped_peers`); on a GPU debug mode asserts it, and without debug mode the access
-goes to the bare heap offset, which faults (an illegal address) where it lies below the GPU's lowest mapping
-(16 GiB on the H100s measured): a larger heap needs debug mode to rule out landing in mapped memory.
+A rank whose heap this process does not map (on another host) cannot be addressed: its base in ``heap_bases`` is
+:data:`iris.heap.reach.UNMAPPED_BASE`, far above any mapped address. On the CPU interpreter :func:`translate`
+refuses it always, with an error naming both ranks, their hosts and what connects them
+(:mod:`iris.interpret.unmapped_peers`); on a GPU debug mode asserts it, and without debug mode the access faults
+(an illegal address), never reaching memory mapped here.
 
 Examples
 --------
@@ -39,6 +39,7 @@ import triton.language as tl
 from triton.language.core import _aggregate as aggregate
 
 from . import tile_collectives
+from .heap.reach import UNMAPPED_BASE
 from .interpret import unmapped_peers
 from .interpret.kernel_errors import RaisedAsIs
 from .tracing.device import DeviceTracing, initialize_tracing
@@ -57,9 +58,10 @@ _SIZE_BEFORE_BASES = tl.constexpr(-1)
 
 OUT_OF_HEAP = "iris debug: pointer outside the symmetric heap it is translated from"
 _OUT_OF_HEAP = tl.constexpr(OUT_OF_HEAP)  # jit code reads only constexpr globals
-UNMAPPED = ("iris debug: pointer translated to a rank whose heap this rank does not map (another host: base 0); "
+UNMAPPED = ("iris debug: pointer translated to a rank whose heap this rank does not map (another host); "
             "ctx.topology.explain(rank, peer) says what connects them")
 _UNMAPPED = tl.constexpr(UNMAPPED)
+_UNMAPPED_BASE = tl.constexpr(UNMAPPED_BASE)
 _WRONG_RANK = tl.constexpr(
     "iris debug: DeviceContext.initialize got a rank or world_size other than the context tensor's; "
     "launch with rank=ctx.get_rank(), world_size=ctx.get_num_ranks()")
@@ -260,7 +262,7 @@ def translate(ptr, from_rank, to_rank, heap_bases, hint: tl.constexpr = None, ma
     if _debug_checks_on():
         heap_size = tl.load(heap_bases + heap_size_index)
         tl.device_assert((offset >= 0) & (offset < heap_size), _OUT_OF_HEAP, mask=mask)
-        tl.device_assert(base != 0, _UNMAPPED, mask=mask)
+        tl.device_assert(base != _UNMAPPED_BASE, _UNMAPPED, mask=mask)
     remote = (base + offset).to(ptr.dtype)
     if hint is not None:
         remote = tl.max_contiguous(tl.multiple_of(remote, hint), hint)

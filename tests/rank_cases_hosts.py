@@ -18,7 +18,7 @@ import triton.language as tl
 
 import iris
 from iris.ccl.reduce_scatter import chunk_size
-from iris.heap.reach import UnreachableRankError
+from iris.heap.reach import UNMAPPED_BASE, UnreachableRankError
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
 SENTINEL = -7.0
@@ -118,6 +118,8 @@ def _refusals(ctx):
     far = next(r for r in range(world) if r not in mine)  # the first rank on another host
     near = next((r for r in mine if r != rank), rank)  # another rank of this host, or this one
     buf = ctx.zeros(16)
+    # the host keeps 0 for an unmapped heap; kernels read a base whose every offset faults
+    assert ctx.heap.bases[far] == 0 and int(ctx.get_heap_bases()[far]) == UNMAPPED_BASE
     result = {}
     try:
         ctx.as_remote(buf, far)
@@ -152,7 +154,7 @@ def _refusals(ctx):
 
 def far_store_on_gpu(debug):
     """A kernel storing into the other host's rank on a GPU, where nothing can raise from inside a kernel: what
-    the rank sees (the base is 0, so the store is to the bare heap offset: an illegal address, or, in debug mode,
+    the rank sees (the base kernels read is UNMAPPED_BASE, so the store is to an illegal address, or, in debug mode,
     iris's device assertion). The CUDA context is lost afterwards; the process ends."""
     ctx = iris.iris("8MiB", backend=BACKEND, debug=debug)
     rank = ctx.get_rank()

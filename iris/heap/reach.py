@@ -2,9 +2,10 @@
 
 A rank maps the heaps of the ranks it can reach through memory (:meth:`iris.topology.TopologyMap.can_map`: today
 the ranks of its host); the others, on other hosts, are reached only over the network, by torch.distributed.
-Their heap base is 0, and every way of addressing them (``ctx.as_remote``, and on the CPU interpreter every
-remote load, store, atomic, get, put and copy of a kernel) raises :class:`UnreachableRankError`; on a GPU, where
-a kernel cannot raise, :func:`fault_note` says the same beside the fault.
+Their heap base is 0 (:data:`UNMAPPED_BASE` in the bases kernels read), and every way of addressing them
+(``ctx.as_remote``, and on the CPU interpreter every remote load, store, atomic, get, put and copy of a kernel)
+raises :class:`UnreachableRankError`; on a GPU, where a kernel cannot raise, the access faults and
+:func:`fault_note` says the same beside the fault.
 
 Examples
 --------
@@ -19,6 +20,23 @@ from __future__ import annotations
 
 from ..interpret.kernel_errors import RaisedAsIs
 from ..topology.map import rank_ranges
+
+# What the device-side heap bases hold for a rank this rank does not map (``heap.bases`` keeps 0 on the host): far
+# above any address a GPU or a CPU maps (GPUs map below 2**57; x86-64 user space ends at 2**47), so that base plus any
+# heap offset faults, wherever the GPU's mappings lie, instead of landing in memory mapped here.
+UNMAPPED_BASE = 1 << 62
+
+
+def device_bases(bases: list[int]) -> list[int]:
+    """``bases`` as kernels see them: an unmapped rank's 0 becomes :data:`UNMAPPED_BASE`.
+
+    Examples
+    --------
+    >>> device_bases([4096, 0]) == [4096, UNMAPPED_BASE]
+    True
+    """
+    return [base if base else UNMAPPED_BASE for base in bases]
+
 
 ADVICE = ("Exchange data with ranks on other hosts through ctx.ccl's collectives (which cross hosts over "
           "torch.distributed) or torch.distributed itself; kernels address only the ranks of their own domain "

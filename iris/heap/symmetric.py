@@ -26,7 +26,7 @@ import torch
 
 from ..sizes import format_size
 from .allocator import Allocator, OutOfHeap, Usage
-from .reach import reachable_ranks, unreachable
+from .reach import device_bases, reachable_ranks, unreachable
 
 
 class AllocationDivergence(RuntimeError):
@@ -123,7 +123,8 @@ class SymmetricHeap:
         heap on CUDA virtual memory (:mod:`iris.heap.cuda_vmm`): it grows when an allocation needs it, up to
         ``memory.reservation``, and :meth:`take_in` shares outside tensors' memory.
     topology : iris.topology.TopologyMap, optional
-        Who maps whom: the heaps of ranks this rank cannot map (other hosts) are not mapped, their base is 0,
+        Who maps whom: the heaps of ranks this rank cannot map (other hosts) are not mapped, their base is 0
+        (:data:`iris.heap.reach.UNMAPPED_BASE` in ``heap_bases``),
         and addressing them raises :class:`iris.heap.reach.UnreachableRankError`. None: every rank is mapped.
     """
 
@@ -148,7 +149,7 @@ class SymmetricHeap:
         self.device = self.memory.device
         # Debug checks in kernels need the heap size; it rides just before heap_bases[0] (see iris.device),
         # where upstream's layout leaves room.
-        self._sized_bases = torch.tensor([self.size, *self.bases], dtype=torch.int64, device=self.device)
+        self._sized_bases = torch.tensor([self.size, *device_bases(self.bases)], dtype=torch.int64, device=self.device)
         self.heap_bases = self._sized_bases[1:]
         self._allocator = Allocator(self.size, alignment)
         self._live: dict[int, _Allocation] = {}

@@ -1,8 +1,9 @@
 """A clear error, on the interpreter, for a kernel that addresses a rank whose heap this process does not map.
 
-Why: ranks on another host (or, simulated, with another ``IRIS_HOST``) are not mapped, and their heap base is 0
-(:class:`iris.heap.SymmetricHeap`). A pointer translated to such a rank is then the bare heap offset, a small
-address: touching it would be a segfault, or, where that address happens to be mapped, a silently wrong number.
+Why: ranks on another host (or, simulated, with another ``IRIS_HOST``) are not mapped, and the base kernels read
+for them is :data:`iris.heap.reach.UNMAPPED_BASE` (:class:`iris.heap.SymmetricHeap`). A pointer translated to such
+a rank points nowhere: touching it would end the process with a segfault, where the user needs to be told which
+rank addressed which.
 
 Fix: :func:`iris.device.translate`, the one routine every remote access goes through, calls
 :func:`refuse_unmapped` with the base it read, while :data:`CHECKS` says so: on the interpreter, in a process
@@ -24,6 +25,8 @@ import sys
 import numpy as np
 import triton
 import triton.language as tl
+
+from ..heap.reach import UNMAPPED_BASE
 
 # Frames in these folders are the machinery between a kernel and its translation, not the kernel.
 _LIBRARY_DIRS = (os.path.dirname(triton.__file__) + os.sep,
@@ -56,11 +59,12 @@ def _values(x):
 
 
 def refuse_unmapped(base, to_rank, mask=None):
-    """Raise the watched error if a lane (not masked off) translates to a rank whose base is 0 (unmapped)."""
-    bases = _values(base)
-    if bases.all():  # every lane's base is mapped: the usual case, one numpy reduction
+    """Raise the watched error if a lane (not masked off) translates to a rank whose base is
+    :data:`iris.heap.reach.UNMAPPED_BASE` (unmapped)."""
+    unmapped = _values(base) == UNMAPPED_BASE
+    if not unmapped.any():  # every lane's base is mapped: the usual case, one numpy reduction
         return
-    lanes = (bases == 0, _values(to_rank)) + (() if mask is None else (_values(mask).astype(bool),))
+    lanes = (unmapped, _values(to_rank)) + (() if mask is None else (_values(mask).astype(bool),))
     unmapped, ranks, *on = np.broadcast_arrays(*lanes)
     if on:
         unmapped = unmapped & on[0]
