@@ -38,10 +38,17 @@ def _runtime():
 
 
 def _check(result, what: str, rank: int):
+    """The values of a cuda-bindings call's ``(error, *values)`` (one value alone, None for none); a RuntimeError
+    naming ``rank``, the call and the error otherwise. Runtime and driver calls alike."""
     err, *values = result
     if int(err) != 0:
-        raise RuntimeError(f"rank {rank}: {what} failed with {err!r}")
-    return values[0] if len(values) == 1 else tuple(values)
+        raise RuntimeError(f"rank {rank}: {what} failed with {_error_name(err)}")
+    return values[0] if len(values) == 1 else tuple(values) if values else None
+
+
+def _error_name(err) -> str:
+    name = getattr(err, "name", None)
+    return name or str(err)
 
 
 class _DeviceBuffer:

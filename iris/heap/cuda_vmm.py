@@ -28,7 +28,7 @@ import os
 import torch
 
 from ..backend import gpu_for_rank
-from .cuda import CudaHeapMemory
+from .cuda import CudaHeapMemory, _check, _error_name
 from .fd_exchange import share_fds
 
 NEEDS_BINDINGS = ("the CUDA virtual-memory heap needs cuda-bindings: pip install 'iris-workbench[cuda]' "
@@ -41,18 +41,6 @@ def _driver():
     except ImportError as err:
         raise ImportError(NEEDS_BINDINGS) from err
     return driver
-
-
-def _check(result, what: str, rank: int):
-    err, *values = result
-    if int(err) != 0:
-        raise RuntimeError(f"rank {rank}: {what} failed with {_error_name(err)}")
-    return values[0] if len(values) == 1 else tuple(values) if values else None
-
-
-def _error_name(err) -> str:
-    name = getattr(err, "name", None)
-    return name or str(err)
 
 
 def _attribute(device_id: int, name: str) -> int:
