@@ -198,9 +198,12 @@ def odd_layouts():
                                   ("matmul_all_gather", A, B, (9 * world, 2 * world))):
         op = getattr(ctx.ops, name)
         got, want = ctx.zeros(*out_shape), ctx.zeros(*out_shape)
-        op(got, a, b, config=chunked)
+        workspace = op(got, a, b, config=chunked)
         op(want, a.contiguous(), b.contiguous(), config=iris.ops.FusedConfig(variant="sequential"))
         errors[name] = (got.cpu() - want.cpu()).abs().max().item()
+        if name == "all_gather_matmul":  # a column-major shard is staged row-major, as every rank's: its block is A
+            staged, mine = workspace.aux_buffer, slice(rank * 6, (rank + 1) * 6)
+            errors["all_gather_matmul staged A"] = (staged[:, mine].cpu() - a.cpu()).abs().max().item()
     for round_ in range(3):
         for m in (8, 12):
             As, Bs = _inputs((m, 5), world, torch.float32, device, 70 + m), _inputs((5, 6), world, torch.float32,

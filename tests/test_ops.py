@@ -60,8 +60,8 @@ def test_errors_say_what_and_what_to_do():
 
 def test_pieces_follow_the_shape():
     """Pieces of at least 512 rows and 4M elements on average, at most 3 for matmul_all_reduce and
-    matmul_all_gather, 2 for matmul_reduce_scatter and all_gather_matmul, each op's growth; 2 ranks, where auto
-    stays sequential on the CPU."""
+    matmul_all_gather, 2 for matmul_reduce_scatter and all_gather_matmul, each op's growth (all_gather_matmul's
+    even where its first piece would be thin); 2 ranks, where auto stays sequential on the CPU."""
     rule = run_ranks(2, f"{CASES}:shape_rule")[0]["rule"]
     g = pieces.GROWTH
     assert rule["matmul_all_reduce (2048, 8192)"] == [["sequential", 2, g["matmul_all_reduce"]],
@@ -74,6 +74,8 @@ def test_pieces_follow_the_shape():
                                                       ["chunked", 2, g["matmul_all_gather"]]]  # 1024 rows per rank
     assert rule["all_gather_matmul (8192, 4096)"] == [["sequential", 2, g["all_gather_matmul"]],
                                                       ["chunked", 2, g["all_gather_matmul"]]]  # at most 2
+    # its growing cut's first piece would be 512 rows, under pieces.FIRST_ROWS: even
+    assert rule["all_gather_matmul (2048, 8192)"] == [["sequential", 2, 1.0], ["chunked", 2, 1.0]]
     assert rule["matmul_all_reduce (300, 64)"] == [["sequential", 1, g["matmul_all_reduce"]],
                                                    ["chunked", 1, g["matmul_all_reduce"]]]
     assert rule["given"] == ["sequential", 3, 2.0]

@@ -242,7 +242,7 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int,
     elif op == "matmul_all_gather":
         rows //= world
     count = config.chunks or pieces.count(op, rows, columns)
-    growth = config.growth if config.growth is not None else pieces.GROWTH[op]
+    growth = config.growth if config.growth is not None else pieces.growth(op, rows, count)
     if op == "matmul_all_reduce" and config.all_reduce_variant is not None:
         if config.variant == "chunked":
             raise ValueError(f"rank {ctx.cur_rank}: matmul_all_reduce: FusedConfig(variant='chunked', "

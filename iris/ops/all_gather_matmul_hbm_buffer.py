@@ -29,7 +29,7 @@ import dataclasses
 import torch
 
 from . import FusedConfig, Workspace, _gathered_dims, all_gather_matmul, all_gather_matmul_preamble, choose_path
-from .chunked import signals_for
+from .chunked import gathered_buffer, signals_for
 
 LAYOUTS = ("k_contiguous", "m_contiguous")
 OP = "all_gather_matmul_hbm_buffer"
@@ -51,7 +51,7 @@ def all_gather_matmul_hbm_buffer_preamble(ctx, A_sharded, B, config=None, k_per_
     workspace = all_gather_matmul_preamble(ctx, A_sharded, B, config)
     m, n = _gathered_dims(ctx, OP, A_sharded, B)
     # What the chunked path's first call would allocate, allocated now (the same buffer and flags it then reuses).
-    workspace.buffer(ctx, "A", (m, B.shape[0]), A_sharded.dtype)
+    gathered_buffer(ctx, workspace, A_sharded)
     signals_for(ctx, workspace, choose_path(ctx, "all_gather_matmul", (m, n), config)[1])
     return workspace
 

@@ -4,7 +4,8 @@ stream while the next piece computes. Every copy between ranks is a peer-to-peer
 
 * :func:`matmul_all_gather`: row pieces, each finished piece pushed into every peer's ``out`` (on the heap);
 * :func:`all_gather_matmul`: A gathered row piece by row piece into every rank's heap (2-D copies of each
-  shard into its columns), each piece's full-depth GEMM started once its flags say it has landed;
+  shard into its columns; this rank's own on a third stream), each piece's full-depth GEMM started once its
+  flags say it has landed;
 * :func:`matmul_reduce_scatter` and :func:`matmul_all_reduce`: each rank computes its peers' blocks of its
   product first, in pieces pushed to their owners as they finish, then its own block, adding its product in
   place (``addmm_``) onto the peers' pieces, each waited for by its flag (:mod:`iris.ops.signals`) just
@@ -64,40 +65,68 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int, gr
 
 def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks: int, growth: float):
     """``out = A @ B`` with A every rank's ``A_sharded`` side by side along K, gathered into each rank's heap
-    buffer ``A`` row piece by row piece: each rank's copy engines write its shard's rows into its columns of
-    every rank's ``A`` (2-D copies, its own included), each piece followed by its flag; each piece's full-depth
-    GEMM starts once its rows from every rank have landed. Each product element is one GEMM's fp32 sum over the
-    whole K, rounded once, as ``torch.matmul`` of the gathered A gives it. (Splitting a piece's K into per-shard
-    terms started sooner, but rounded each term to ``out``'s dtype: 2-4 bf16 ulps off where terms cancel.) So
-    the first piece waits for its rows, and the others land while it computes."""
+    buffer (:func:`gathered_buffer`) row piece by row piece: each rank's copy engines write its shard's rows
+    into its columns of every rank's A (2-D copies, its own included), each piece followed by its flag; each
+    piece's full-depth GEMM starts once its rows from every rank have landed. Each product element is one GEMM's
+    fp32 sum over the whole K, rounded once, as ``torch.matmul`` of the gathered A gives it. (Splitting a piece's
+    K into per-shard terms started sooner, but rounded each term to ``out``'s dtype: 2-4 bf16 ulps off where
+    terms cancel.) So the first piece waits for its rows, and the others land while it computes."""
     rank, world = ctx.cur_rank, ctx.num_ranks
     m, k_local = A_sharded.shape
     if A_sharded.stride(1) != 1 or A_sharded.stride(0) < k_local:  # the copy engines copy whole rows, apart
+        # (Every rank stores A row-major, whatever its shard's layout: a peer writes into this rank's buffer in
+        # the layout it holds, so a layout chosen per rank could disagree between ranks.)
         A_sharded = A_sharded.contiguous()
-    gathered = workspace.buffer(ctx, "A", (m, world * k_local), A_sharded.dtype)
+    gathered = gathered_buffer(ctx, workspace, A_sharded)
     mine = slice(rank * k_local, (rank + 1) * k_local)
+
+    def copy_rows(into, piece):  # this rank's shard's rows `piece` into its columns of `into`
+        ctx.heap.copy_2d(into[piece, mine], A_sharded[piece])
+
     rows = split(slice(None), m, chunks, growth)
     peers = [(rank + step) % world for step in range(1, world)]  # each rank starts with another peer
     signals = signals_for(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
+    local = _local_stream(ctx, workspace)
     signals.begin()
-    landed = []  # per piece: this rank's own rows are in place
+    # A signal is a one-program kernel: it needs a free SM, and cuBLAS's GEMMs on Hopper are persistent (one
+    # CTA per SM), so a signal queued behind a running GEMM waits for its end. Two rules keep that off the
+    # critical path (both seen on 2xH100, benchmarks/fused_ops_timeline.py):
+    # * this rank's own rows go on a third stream, at once (they need no barrier: only this rank's GEMMs read
+    #   its A, and they are done); on the copy stream, behind a signal, a piece's own rows could wait for the
+    #   previous piece's GEMM to end, and the next GEMM for them (at 8192 x 8192 x 28672, 112 MiB);
+    # * a piece's GEMM starts only after this rank's signals of that piece have run: a GEMM launched first held
+    #   every SM, and the peer waited for that whole GEMM for its flag (680 µs at 8192 x 8192 x 8192).
+    landed, sent = [], []  # per piece: this rank's own rows are in place; its rows were sent and signalled
+    with _on(local):
+        _wait(local, compute)  # the inputs are ready, and the last call's GEMMs are done with A
+        for piece in rows:
+            copy_rows(gathered, piece)
+            landed.append(_record(local))
     with _on(copy):
         _wait(copy, compute)  # the inputs are ready
         ctx.device_barrier()  # every rank's GEMMs of the last call are done with its A
         for slot, piece in enumerate(rows):
             for peer in peers:
-                ctx.heap.copy_2d(ctx.as_remote(gathered, peer)[piece, mine], A_sharded[piece])
+                copy_rows(ctx.as_remote(gathered, peer), piece)
                 signals.signal(slot, peer)
-            ctx.heap.copy_2d(gathered[piece, mine], A_sharded[piece])
-            landed.append(_record(copy))
+            sent.append(_record(copy))
     for slot, piece in enumerate(rows):
         _wait_event(compute, landed[slot])
+        _wait_event(compute, sent[slot])
         signals.wait(slot)
         torch.matmul(gathered[piece], B, out=out[piece])
     if bias is not None:
         out += bias
     _wait(compute, copy)
+    _wait(compute, local)
+
+
+def gathered_buffer(ctx, workspace, A_sharded) -> torch.Tensor:
+    """all_gather_matmul's heap buffer for the gathered A: ``(M, world * K_local)``, every rank's shard in its
+    columns (upstream's staging buffer, the workspace's ``aux_buffer``)."""
+    m, k_local = A_sharded.shape
+    return workspace.buffer(ctx, "A", (m, ctx.num_ranks * k_local), A_sharded.dtype)
 
 
 def matmul_all_reduce(ctx, out, A, B, bias, async_op, workspace, chunks: int, growth: float):
@@ -201,6 +230,15 @@ def _streams(ctx, workspace):
         # High priority: its signal kernels take the first free SM at the GEMM's next kernel boundary.
         workspace.copy_stream = torch.cuda.Stream(device=ctx.get_device(), priority=-1)
     return torch.cuda.current_stream(), workspace.copy_stream
+
+
+def _local_stream(ctx, workspace):
+    """A third stream for copies within this rank (None on the CPU), kept in the workspace."""
+    if ctx.backend != "cuda":
+        return None
+    if workspace.local_stream is None:
+        workspace.local_stream = torch.cuda.Stream(device=ctx.get_device())
+    return workspace.local_stream
 
 
 def _on(stream):

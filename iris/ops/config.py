@@ -57,7 +57,7 @@ class FusedConfig:
         (:func:`iris.ops.choose_path`).
     growth : float or None
         Ours: each piece's rows over the previous piece's (< 1: shrinking, > 1: growing, 1: even); None: the op's
-        (:data:`iris.ops.pieces.GROWTH`, whose module says why).
+        for the shape (:func:`iris.ops.pieces.growth`, whose module says why).
     variant : {"auto", "sequential", "chunked"}
         Ours: the path. ``"sequential"`` runs ``torch.matmul`` into a heap buffer, then iris's collective
         (:mod:`iris.ccl`); ``"chunked"`` runs each piece's communication on a second stream while the next
@@ -139,6 +139,8 @@ class Workspace:
         The collective's own workspace, passed back to it.
     copy_stream : torch.cuda.Stream or None
         The chunked path's second stream (GPUs).
+    local_stream : torch.cuda.Stream or None
+        all_gather_matmul's third stream, for the copies within this rank (GPUs).
     signals : iris.ops.signals.PieceSignals or None
         The chunked path's per-piece flags.
     graphs : iris.ops.graphs.CallGraphs
@@ -157,6 +159,7 @@ class Workspace:
     buffers: dict = field(default_factory=dict)
     collective: object = None
     copy_stream: object = None
+    local_stream: object = None
     signals: object = None
     graphs: CallGraphs = field(default_factory=CallGraphs)
     prepared: bool = False

@@ -14,9 +14,11 @@ the second without adding to the first:
 
 A sweep on 2xH200 (benchmarks/RESULTS.md, "pieces of the chunked path" at the M = 8192 shapes, 2026-11-26) set
 the rule: the pushing pipelines take 3 pieces that shrink (``growth`` 0.6), the fastest at 3 of their 6 rows and
-within 1.2% of the fastest at the others. For the consuming one, whose first piece waits for its rows, a second
-sweep (all six shapes) found 2 even pieces within 1.2% of the fastest cut at every shape (a thin first piece,
-``growth`` 4 or 16, was up to 4% slower at M = 2048): it keeps 2 even pieces.
+within 1.2% of the fastest at the others. For the consuming one, whose first piece waits for its rows, 2 pieces,
+the first a fifth of the rows (``growth`` 4) where that is at least :data:`FIRST_ROWS` rows, else even: at
+M = 8192 the fifth was the fastest cut at 2 of 3 shapes and within 0.2% at the third (2xH100, with this rank's
+rows copied on a stream of their own), and at M = 2048 a thin first piece (512 rows) was up to 4% slower than
+even ones (2xH200). :func:`growth` applies that.
 ``FusedConfig(growth=...)`` cuts any call so, and ``tests/gpu/sweep_pieces.sh`` times the cuts against each
 other.
 
@@ -54,7 +56,24 @@ DEFAULT_MAX_PIECES = 4
 MAX_PIECES = {"matmul_reduce_scatter": 2, "all_gather_matmul": 2, "matmul_all_gather": 3, "matmul_all_reduce": 3}
 # Each piece's rows over the previous piece's, by op (see the module doc): the last transfer of a pushing
 # pipeline, the one nothing hides, made short.
-GROWTH = {"matmul_all_gather": 0.6, "matmul_all_reduce": 0.6, "matmul_reduce_scatter": 1.0, "all_gather_matmul": 1.0}
+GROWTH = {"matmul_all_gather": 0.6, "matmul_all_reduce": 0.6, "matmul_reduce_scatter": 1.0, "all_gather_matmul": 4.0}
+# A growing cut whose first piece would be thinner than this is even instead (see the module doc).
+FIRST_ROWS = 1024
+
+
+def growth(op: str, rows: int, count: int) -> float:
+    """The op's :data:`GROWTH` for ``rows`` rows in ``count`` pieces, or 1 (even) where a growing cut's first
+    piece would have fewer than :data:`FIRST_ROWS` rows.
+
+    Examples
+    --------
+    >>> growth("all_gather_matmul", 8192, 2), growth("all_gather_matmul", 2048, 2)
+    (4.0, 1.0)
+    """
+    wanted = GROWTH[op]
+    if wanted > 1 and sizes(rows, count, wanted)[0] < FIRST_ROWS:
+        return 1.0
+    return wanted
 
 
 def count(op: str, rows: int, columns: int) -> int:
