@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.allreduce import host_cost, measure  # noqa: E402
 from benchmarks.results import RESULTS, environment, write_section  # noqa: E402
-from iris.ops.pieces import split  # noqa: E402
+from iris.ops.pieces import ALIGN, split  # noqa: E402
 
 SHAPES = [(m, n, k) for m in (2048, 8192) for n, k in ((8192, 8192), (28672, 8192), (8192, 28672))]
 SMALL_SHAPES = [(256, 512, 512), (1024, 2048, 1024)]
@@ -108,25 +108,24 @@ def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
                                                             by_rows=True),
                     2 * (world - 1) * m * n * size // world)
     if op == "all_gather_matmul":
-        A_shard, B = randn(m, k // world), randn(k, n)
-        out = ctx.zeros(m, n, dtype=dtype)
         # torch's best sequence: NCCL gathers along dim 0, so gather the shards transposed (each (K_local, M),
-        # as a layer could produce them) into A's transpose, which cuBLAS takes as it is: no copy. G multiplies
-        # that gathered A itself: a GEMM's speed depends on its data (an unwritten, zero A draws less power
-        # and ran 10-15% faster than random values on H200s).
-        shard_t = A_shard.t().contiguous()
+        # as a layer could produce them) into A's transpose, which cuBLAS takes as it is: no copy. Ours is given
+        # the same shard, viewed as A's (M, K_local) block (column-major), and gathers it so too
+        # (iris.ops.chunked.gathered_buffer). G multiplies that gathered A itself: a GEMM's speed depends on
+        # its data (an unwritten, zero A draws less power and ran 10-15% faster than random values on H200s).
+        shard_t, B = randn(m, k // world).t().contiguous(), randn(k, n)
+        out = ctx.zeros(m, n, dtype=dtype)
         gathered_t = torch.empty(k, m, dtype=dtype, device=dev)
         dist.all_gather_into_tensor(gathered_t, shard_t)
-        a_full = gathered_t.t().contiguous()  # (the pieces below read A row-major, as ours does)
 
-        def pieces(chunks, growth):  # each row piece at full depth, on the gathered A
-            for piece in split(slice(None), m, chunks, growth):
-                torch.matmul(a_full[piece], B, out=out[piece])
+        def pieces(chunks, growth):  # each row piece at full depth, on the gathered A, cut as ours cuts it
+            for piece in split(slice(None), m, chunks, growth, align=ALIGN):
+                torch.matmul(gathered_t.t()[piece], B, out=out[piece])
 
         gemm = lambda: torch.matmul(gathered_t.t(), B, out=out)  # noqa: E731
         gather = lambda: dist.all_gather_into_tensor(gathered_t, shard_t)  # noqa: E731
-        return Case(lambda config=None: ctx.ops.all_gather_matmul(out, A_shard, B, config=config), gemm, gather,
-                    None, pieces, (world - 1) * m * (k // world) * size, sequence=in_sequence(gather, gemm))
+        return Case(lambda config=None: ctx.ops.all_gather_matmul(out, shard_t.t(), B, config=config), gemm,
+                    gather, None, pieces, (world - 1) * m * (k // world) * size, sequence=in_sequence(gather, gemm))
     if op == "matmul_all_gather":
         A, B = randn(m // world, k), randn(k, n)
         local = torch.empty(m // world, n, dtype=dtype, device=dev)

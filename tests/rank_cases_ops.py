@@ -201,9 +201,11 @@ def odd_layouts():
         workspace = op(got, a, b, config=chunked)
         op(want, a.contiguous(), b.contiguous(), config=iris.ops.FusedConfig(variant="sequential"))
         errors[name] = (got.cpu() - want.cpu()).abs().max().item()
-        if name == "all_gather_matmul":  # a column-major shard is staged row-major, as every rank's: its block is A
+        if name == "all_gather_matmul":  # column-major shards on every rank: staged column-major, its block is A
             staged, mine = workspace.aux_buffer, slice(rank * 6, (rank + 1) * 6)
             errors["all_gather_matmul staged A"] = (staged[:, mine].cpu() - a.cpu()).abs().max().item()
+            errors["all_gather_matmul staged column-major"] = float(workspace.gathered_layout != "columns"
+                                                                    or staged.stride(0) != 1)
     for round_ in range(3):
         for m in (8, 12):
             As, Bs = _inputs((m, 5), world, torch.float32, device, 70 + m), _inputs((5, 6), world, torch.float32,
@@ -216,6 +218,31 @@ def odd_layouts():
                    f"all_gather m={m} round {round_}")
     ctx.barrier()
     return {"rank": rank, "errors": errors}
+
+
+def gathered_layouts():
+    """all_gather_matmul's chunked path (3 uneven pieces) with the shards column-major on every rank, then on one
+    rank only: the layout the ranks agree on when the workspace is made, and the product against torch, also when
+    a warm workspace is called with the other layout (converted into the agreed one)."""
+    ctx = iris.iris("64MiB", backend=BACKEND)
+    rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
+    m, k_local, n = 300, 5, 7
+    g = torch.Generator().manual_seed(90)
+    A, B = torch.randn(m, world * k_local, generator=g), torch.randn(world * k_local, n, generator=g)
+    shard = A[:, rank * k_local:(rank + 1) * k_local]
+    columns, rows = shard.t().contiguous().t().to(device), shard.contiguous().to(device)
+    shards = {"columns everywhere": columns, "columns on rank 0": columns if rank == 0 else rows,
+              "rows on the last rank": rows if rank == world - 1 else columns}
+    chunked = iris.ops.FusedConfig(variant="chunked", chunks=3, growth=2.0)
+    results = {}
+    for made, later in (("columns everywhere", "rows on the last rank"), ("columns on rank 0", "columns everywhere")):
+        for key, name in ((made, made), (f"{made}, then {later}", later)):  # a new workspace, then the warm one
+            out = ctx.zeros(m, n)
+            workspace = ctx.ops.all_gather_matmul(out, shards[name], B.to(device), config=chunked)
+            results[key] = (workspace.gathered_layout, (out.cpu() - A @ B).abs().max().item())
+        ctx.ops.release_workspaces()
+    ctx.barrier()
+    return results
 
 
 def gathered_product_rounded_once():

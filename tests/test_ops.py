@@ -128,6 +128,17 @@ def test_views_as_inputs_and_alternating_shapes():
 
 
 
+def test_all_gather_matmul_ranks_agree_on_the_gathered_layout():
+    """The gathered A is column-major only where every rank's shard was when the workspace was made (a peer
+    writes into a rank's buffer in the layout it stores); a warm workspace called with the other layout gives the
+    same product. Pieces of 300 rows in 3 start on whole 128-row tiles."""
+    for results in run_ranks(2, f"{CASES}:gathered_layouts"):
+        layouts = {name: layout for name, (layout, _) in results.items()}
+        assert layouts == {"columns everywhere": "columns", "columns everywhere, then rows on the last rank": "columns",
+                           "columns on rank 0": "rows", "columns on rank 0, then columns everywhere": "rows"}, layouts
+        assert all(error < 1e-4 for _, error in results.values()), results
+
+
 def test_all_gather_matmul_rounds_each_element_once():
     """Each element of all_gather_matmul's product is one fp32 sum over the whole K, rounded once: shards whose
     terms cancel (+1000 and -1000 + x) give x exactly in bf16 on every path. (The chunked path's first piece used to

@@ -31,7 +31,7 @@ import contextlib
 
 import torch
 
-from .pieces import split
+from .pieces import ALIGN, split
 from .signals import PieceSignals
 
 
@@ -73,17 +73,24 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
     terms cancel.) So the first piece waits for its rows, and the others land while it computes."""
     rank, world = ctx.cur_rank, ctx.num_ranks
     m, k_local = A_sharded.shape
-    if A_sharded.stride(1) != 1 or A_sharded.stride(0) < k_local:  # the copy engines copy whole rows, apart
-        # (Every rank stores A row-major, whatever its shard's layout: a peer writes into this rank's buffer in
-        # the layout it holds, so a layout chosen per rank could disagree between ranks.)
-        A_sharded = A_sharded.contiguous()
-    gathered = gathered_buffer(ctx, workspace, A_sharded)
+    gathered = gathered_buffer(ctx, workspace, A_sharded)  # A, (M, K), stored in the layout the ranks agreed on
+    by_columns = workspace.gathered_layout == "columns"
+    if shard_layout(A_sharded) != workspace.gathered_layout:  # into that layout: the copies take whole rows, apart
+        A_sharded = A_sharded.t().contiguous().t() if by_columns else A_sharded.contiguous()
+    stored = gathered.t() if by_columns else gathered  # the buffer as allocated: its rows lie apart
     mine = slice(rank * k_local, (rank + 1) * k_local)
 
-    def copy_rows(into, piece):  # this rank's shard's rows `piece` into its columns of `into`
-        ctx.heap.copy_2d(into[piece, mine], A_sharded[piece])
+    def copy_rows(into, piece):  # this rank's shard's rows `piece` into its columns of `into` (a stored buffer)
+        if piece.start == piece.stop:
+            return
+        if by_columns:  # both held transposed: copy the transposes
+            ctx.heap.copy_2d(into[mine, piece], A_sharded.t()[:, piece])
+        else:
+            ctx.heap.copy_2d(into[piece, mine], A_sharded[piece])
 
-    rows = split(slice(None), m, chunks, growth)
+    # Pieces start on whole 128-row tiles: in a column-major A a piece's start is an offset along each row of the
+    # buffer, and cuBLAS took a kernel 3x slower for an A not aligned to 16 bytes (2xH100, 3 even pieces of 8192).
+    rows = split(slice(None), m, chunks, growth, align=ALIGN)
     peers = [(rank + step) % world for step in range(1, world)]  # each rank starts with another peer
     signals = signals_for(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
@@ -101,14 +108,14 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
     with _on(local):
         _wait(local, compute)  # the inputs are ready, and the last call's GEMMs are done with A
         for piece in rows:
-            copy_rows(gathered, piece)
+            copy_rows(stored, piece)
             landed.append(_record(local))
     with _on(copy):
         _wait(copy, compute)  # the inputs are ready
         ctx.device_barrier()  # every rank's GEMMs of the last call are done with its A
         for slot, piece in enumerate(rows):
             for peer in peers:
-                copy_rows(ctx.as_remote(gathered, peer), piece)
+                copy_rows(ctx.as_remote(stored, peer), piece)
                 signals.signal(slot, peer)
             sent.append(_record(copy))
     for slot, piece in enumerate(rows):
@@ -122,11 +129,36 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
     _wait(compute, local)
 
 
-def gathered_buffer(ctx, workspace, A_sharded) -> torch.Tensor:
-    """all_gather_matmul's heap buffer for the gathered A: ``(M, world * K_local)``, every rank's shard in its
-    columns (upstream's staging buffer, the workspace's ``aux_buffer``)."""
+def shard_layout(A_sharded) -> str | None:
+    """``"rows"`` for a shard whose rows lie apart with unit column stride (row-major, or a column block of a
+    wider matrix), ``"columns"`` for one held as its transpose (column-major: a layer's ``(K_local, M)`` output
+    viewed as A), None for any other strides."""
     m, k_local = A_sharded.shape
-    return workspace.buffer(ctx, "A", (m, ctx.num_ranks * k_local), A_sharded.dtype)
+    if A_sharded.stride(1) == 1 and A_sharded.stride(0) >= k_local:
+        return "rows"
+    if A_sharded.stride(0) == 1 and A_sharded.stride(1) >= m:
+        return "columns"
+    return None
+
+
+def gathered_buffer(ctx, workspace, A_sharded) -> torch.Tensor:
+    """all_gather_matmul's heap buffer for the gathered A, as an ``(M, world * K_local)`` tensor, every rank's
+    shard in its columns (upstream's staging buffer, the workspace's ``aux_buffer``).
+
+    It is stored row-major, or column-major (the transpose of a ``(K, M)`` buffer) where every rank's shard was
+    column-major at the workspace's first call: cuBLAS then multiplies the layout those callers hold (at (M, N, K)
+    = (8192, 28672, 8192) on 2xH100 its kernel for a transposed A ran 4-5% faster than for a row-major one, and
+    torch's best sequence gathers A transposed). A peer writes into this rank's buffer in the layout it stores,
+    so the ranks agree on it once (``workspace.gathered_layout``), collectively, as that call's allocations are;
+    a later call whose shard is in the other layout is copied into the agreed one first."""
+    if workspace.gathered_layout is None:
+        layouts = ctx.group.all_gather_object(shard_layout(A_sharded))
+        workspace.gathered_layout = "columns" if all(layout == "columns" for layout in layouts) else "rows"
+    m, k_local = A_sharded.shape
+    k = ctx.num_ranks * k_local
+    if workspace.gathered_layout == "columns":
+        return workspace.buffer(ctx, "A_t", (k, m), A_sharded.dtype).t()
+    return workspace.buffer(ctx, "A", (m, k), A_sharded.dtype)
 
 
 def matmul_all_reduce(ctx, out, A, B, bias, async_op, workspace, chunks: int, growth: float):

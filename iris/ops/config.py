@@ -141,6 +141,9 @@ class Workspace:
         The chunked path's second stream (GPUs).
     local_stream : torch.cuda.Stream or None
         all_gather_matmul's third stream, for the copies within this rank (GPUs).
+    gathered_layout : {"rows", "columns"} or None
+        How all_gather_matmul's gathered A is stored, agreed by the ranks at its first chunked call
+        (:func:`iris.ops.chunked.gathered_buffer`).
     signals : iris.ops.signals.PieceSignals or None
         The chunked path's per-piece flags.
     graphs : iris.ops.graphs.CallGraphs
@@ -160,6 +163,7 @@ class Workspace:
     collective: object = None
     copy_stream: object = None
     local_stream: object = None
+    gathered_layout: str | None = None
     signals: object = None
     graphs: CallGraphs = field(default_factory=CallGraphs)
     prepared: bool = False
@@ -176,10 +180,13 @@ class Workspace:
     @property
     def aux_buffer(self) -> torch.Tensor | None:
         """Upstream's staging buffer. Here: all_gather_matmul's gathered A (``(M, K)`` on the heap, every rank's
-        shard in its columns, as upstream's HBM buffer holds it) once the chunked path made it; None for the other
-        ops, whose buffers (``buffers``) are theirs to overwrite: none needs zeroing between calls."""
-        return next((tensor for (name, _, _), tensor in self.buffers.items()
-                     if self.key[0] == "all_gather_matmul" and name == "A"), None)
+        shard in its columns, as upstream's HBM buffer holds it; a column-major view where the ranks' shards were,
+        see :func:`iris.ops.chunked.gathered_buffer`) once the chunked path made it; None for the other ops, whose
+        buffers (``buffers``) are theirs to overwrite: none needs zeroing between calls."""
+        if self.key[0] != "all_gather_matmul":
+            return None
+        return next((tensor if name == "A" else tensor.t() for (name, _, _), tensor in self.buffers.items()
+                     if name in ("A", "A_t")), None)
 
     def wait(self) -> None:
         """After a call with ``async_op=True``: wait (in stream order) until its collective has finished."""

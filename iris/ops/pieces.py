@@ -16,9 +16,9 @@ A sweep on 2xH200 (benchmarks/RESULTS.md, "pieces of the chunked path" at the M 
 the rule: the pushing pipelines take 3 pieces that shrink (``growth`` 0.6), the fastest at 3 of their 6 rows and
 within 1.2% of the fastest at the others. For the consuming one, whose first piece waits for its rows, 2 pieces,
 the first a fifth of the rows (``growth`` 4) where that is at least :data:`FIRST_ROWS` rows, else even: at
-M = 8192 the fifth was the fastest cut at 2 of 3 shapes and within 0.2% at the third (2xH100, with this rank's
-rows copied on a stream of their own), and at M = 2048 a thin first piece (512 rows) was up to 4% slower than
-even ones (2xH200). :func:`growth` applies that.
+M = 8192, in two sweeps on 2xH100 (2026-11-26, the second with the gathered A column-major), the fifth was the
+fastest of the cuts tried at 2 of the 3 shapes and 0.2% and 2.2% behind the fastest at the third; at M = 2048 a
+thin first piece (512 rows) was up to 4% slower than even ones (2xH200). :func:`growth` applies that.
 ``FusedConfig(growth=...)`` cuts any call so, and ``tests/gpu/sweep_pieces.sh`` times the cuts against each
 other.
 
@@ -111,11 +111,21 @@ def sizes(length: int, count: int, growth: float = 1.0, least: int = PIECE_ROWS)
     return sizes
 
 
-def split(rows: slice, length: int, count: int, growth: float = 1.0, least: int = PIECE_ROWS) -> list[slice]:
-    """``rows`` (of a dimension of ``length``) cut into ``count`` slices of :func:`sizes`."""
+def split(rows: slice, length: int, count: int, growth: float = 1.0, least: int = PIECE_ROWS,
+          align: int = 1) -> list[slice]:
+    """``rows`` (of a dimension of ``length``) cut into ``count`` slices of :func:`sizes`, each boundary inside
+    moved to the nearest multiple of ``align`` rows from the start (a piece may then be empty).
+
+    Examples
+    --------
+    >>> [(piece.start, piece.stop) for piece in split(slice(0, 8192), 8192, 3, align=128)]
+    [(0, 2688), (2688, 5504), (5504, 8192)]
+    """
     start, stop, _ = rows.indices(length)
-    slices = []
+    bounds, at = [start], start
     for size in sizes(stop - start, count, growth, least):
-        slices.append(slice(start, start + size))
-        start += size
-    return slices
+        at += size
+        bounds.append(at)
+    inner = [min(max(start + round((b - start) / align) * align, start), stop) for b in bounds[1:-1]]
+    bounds = [start, *inner, stop]
+    return [slice(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
