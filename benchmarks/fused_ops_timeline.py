@@ -69,6 +69,9 @@ class SmClock:
                 self.samples.append(clock.value)
             time.sleep(self.period)
 
+    def close(self) -> None:
+        self._lib.nvmlShutdown()
+
     def median(self) -> float:
         return statistics.median(self.samples) if self.samples else float("nan")
 
@@ -150,7 +153,8 @@ def main() -> None:
     ctx = iris.iris("8GiB", backend="cuda")
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     clock = SmClock(local_rank)
-    folder = Path(args.traces or tempfile.mkdtemp(prefix="iris-timeline-"))
+    scratch = None if args.traces else tempfile.TemporaryDirectory(prefix="iris-timeline-")  # gone at the end
+    folder = Path(args.traces or scratch.name)
     folder.mkdir(parents=True, exist_ok=True)
     config = (iris.ops.FusedConfig(variant="chunked", chunks=args.chunks, growth=args.growth or 1.0)
               if args.chunks else None)
@@ -163,6 +167,9 @@ def main() -> None:
                 dist.barrier()
             ctx.ops.release_workspaces()
             ctx.barrier()
+    clock.close()
+    if scratch is not None:
+        scratch.cleanup()
     dist.destroy_process_group()
 
 

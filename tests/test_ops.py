@@ -97,6 +97,10 @@ def test_piece_sizes_cover_the_rows_once_in_order_and_grow_as_asked(length, coun
     slices = pieces.split(slice(3, 3 + length), length + 10, count, growth)
     assert [s.stop - s.start for s in slices] == sizes and slices[0].start == 3 and slices[-1].stop == 3 + length
     assert all(a.stop == b.start for a, b in itertools.pairwise(slices))
+    aligned = pieces.split(slice(3, 3 + length), length + 10, count, growth, align=pieces.ALIGN)
+    assert len(aligned) == count and aligned[0].start == 3 and aligned[-1].stop == 3 + length
+    assert all(a.stop == b.start and (a.stop - 3) % pieces.ALIGN == 0 for a, b in itertools.pairwise(aligned))
+    assert all(abs(a.stop - s.stop) <= pieces.ALIGN // 2 for a, s in zip(aligned, slices, strict=True))
 
 
 def test_piece_sizes_are_exact_where_the_floor_allows():
