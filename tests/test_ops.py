@@ -135,7 +135,8 @@ def test_views_as_inputs_and_alternating_shapes():
 def test_all_gather_matmul_ranks_agree_on_the_gathered_layout():
     """The gathered A is column-major only where every rank's shard was when the workspace was made (a peer
     writes into a rank's buffer in the layout it stores); a warm workspace called with the other layout gives the
-    same product. Pieces of 300 rows in 3 start on whole 128-row tiles."""
+    same product. (The 300 rows go in 3 pieces whose boundaries move to whole 128-row tiles, as the piece-size test
+    checks: a first piece of 128 rows, then 128, then 44.)"""
     for results in run_ranks(2, f"{CASES}:gathered_layouts"):
         layouts = {name: layout for name, (layout, _) in results.items()}
         assert layouts == {"columns everywhere": "columns", "columns everywhere, then rows on the last rank": "columns",
