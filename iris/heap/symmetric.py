@@ -366,8 +366,9 @@ class SymmetricHeap:
                 f"rank {self.rank}: as_remote rank {rank} is out of range: the valid ranks are "
                 f"0 to {self.world_size - 1}"
             )
-        self.find(tensor)  # says why when it is not on this rank's heap
         allocation = self._allocation_of(tensor)
+        if allocation is None:
+            self.find(tensor)  # raises, saying why the tensor is not on this rank's heap
         if self.reachable is not None and not self.reachable[rank]:
             raise unreachable(self.topology, self.rank, rank, f"as_remote(tensor, {rank})")
         raw, _ = self.memory.view(rank, allocation.offset, allocation.reserved)
