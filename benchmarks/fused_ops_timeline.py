@@ -8,9 +8,10 @@ Run with one rank per GPU::
         --chunks 2 --growth 1 --traces /tmp/traces
 
 For each op and shape it prints, per rank, the call's GPU events in start order (stream, what, start and end
-in µs from the call's first event, grid), the time spent outside cuBLAS's kernels, and the GEMM alone event by
-event; then G, the GEMM in pieces, T and S replayed, each with the median SM clock (NVML) while it ran. (The
-ranks start a call apart: read the rank that started last, whose opening barrier did not wait.) Nothing is
+in µs from the call's first event, grid) and the time spent outside cuBLAS's kernels, once for an eager call and
+once for a replay of a CUDA graph of calls (as the benchmark times them), and the GEMM alone event by event;
+then G, the GEMM in pieces, T and S replayed, each with the median SM clock (NVML) while it ran. (The ranks start
+an eager call apart: read the rank that started last, whose opening barrier did not wait.) Nothing is
 written to RESULTS.md: this is for reading why a row of ``benchmarks/fused_ops.py`` misses its goal.
 """
 
@@ -37,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.allreduce import measure  # noqa: E402
 from benchmarks.fused_ops import CALLS, OPS, operands  # noqa: E402
+from iris.perf.replay import capture  # noqa: E402
 
 NVML_CLOCK_SM = 1
 
@@ -84,6 +86,31 @@ def profile_one_call(fn, trace_path: Path) -> list[dict]:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
+    return gpu_events(prof, trace_path)
+
+
+def profile_replay(fn, trace_path: Path, calls: int = CALLS, warm: int = 20) -> list[dict]:
+    """GPU events of one replay of a CUDA graph of ``calls`` calls of ``fn``, after ``warm`` replays, ranks in
+    step: as the benchmark times it, call after call (a single eager call starts from an idle GPU and ranks that
+    did not just wait for each other)."""
+    run, why = capture(fn, calls)
+    if run is None:
+        raise RuntimeError(f"rank {dist.get_rank()}: the call could not be captured in a CUDA graph ({why})")
+    for _ in range(warm):
+        run()
+    torch.cuda.synchronize()
+    dist.barrier()
+    for _ in range(warm):  # the ranks in step, as in the benchmark's replays
+        run()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    return gpu_events(prof, trace_path)
+
+
+def gpu_events(prof, trace_path: Path) -> list[dict]:
+    """The kernels, copies and memsets of a finished profile, in start order (the trace is written to
+    ``trace_path`` on the way)."""
     prof.export_chrome_trace(str(trace_path))
     events = [e for e in json.loads(trace_path.read_text())["traceEvents"]
               if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
@@ -126,6 +153,7 @@ def examine(ctx, op: str, shape: str, config, clock: SmClock, folder: Path) -> l
     ours = functools.partial(case.ours, config)
     label = f"{op} {shape} ({workspace.path}, {workspace.pieces} pieces x{workspace.growth:g})"
     one_t = profile_one_call(ours, folder / f"{op}_{shape}_T_rank{rank}.json")
+    replayed_t = profile_replay(ours, folder / f"{op}_{shape}_T_replay_rank{rank}.json")
     one_g = profile_one_call(case.gemm, folder / f"{op}_{shape}_G_rank{rank}.json")
     clocks = {}
     for key, fn in (("G", case.gemm), ("GEMM pieces", functools.partial(case.pieces, workspace.pieces,
@@ -134,7 +162,8 @@ def examine(ctx, op: str, shape: str, config, clock: SmClock, folder: Path) -> l
         with clock:
             us, _ = measure(fn, CALLS)
         clocks[key] = (us, clock.median())
-    return [f"== rank {rank}: {label}", "T, one call:", *describe(one_t), "G alone:", *describe(one_g),
+    return [f"== rank {rank}: {label}", "T, one call:", *describe(one_t),
+            f"T, one replay of a graph of {CALLS} calls:", *describe(replayed_t), "G alone:", *describe(one_g),
             "replayed (µs per call, median SM MHz): " + "; ".join(
                 f"{key} {us:.0f} µs at {mhz:.0f} MHz" for key, (us, mhz) in clocks.items())]
 

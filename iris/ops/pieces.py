@@ -15,10 +15,12 @@ the second without adding to the first:
 A sweep on 2xH200 (benchmarks/RESULTS.md, "pieces of the chunked path" at the M = 8192 shapes, 2026-11-26) set
 the rule: the pushing pipelines take 3 pieces that shrink (``growth`` 0.6), the fastest at 3 of their 6 rows and
 within 1.2% of the fastest at the others. For the consuming one, whose first piece waits for its rows, 2 pieces,
-the first a fifth of the rows (``growth`` 4) where that is at least :data:`FIRST_ROWS` rows, else even: at
-M = 8192, in two sweeps on 2xH100 (2026-11-26, the second with the gathered A column-major), the fifth was the
-fastest of the cuts tried at 2 of the 3 shapes and 0.2% and 2.2% behind the fastest at the third; at M = 2048 a
-thin first piece (512 rows) was up to 4% slower than even ones (2xH200). :func:`growth` applies that.
+the first a sixth of the rows (``growth`` 5) where that is at least :data:`FIRST_ROWS` rows, else even. At
+M = 8192 that first piece is 1,280 rows, a size cuBLAS runs well: on 2xH100 (2026-11-26, A column-major) the two
+GEMMs of a 1,280-row cut took 95-101% of one call's time at the three M = 8192 shapes, where a 1,536-row cut (a
+fifth) took 94-102% and cuts of 1,792-2,048 rows up to 123% (cuBLAS took kernels that leave SMs idle); a sweep of
+growth 4, 5 and 6 found 5 fastest at 2 of the 3 shapes. At M = 2048 a thin first piece (512 rows) was up to 4%
+slower than even ones (2xH200). :func:`growth` applies that.
 ``FusedConfig(growth=...)`` cuts any call so, and ``tests/gpu/sweep_pieces.sh`` times the cuts against each
 other.
 
@@ -56,7 +58,7 @@ DEFAULT_MAX_PIECES = 4
 MAX_PIECES = {"matmul_reduce_scatter": 2, "all_gather_matmul": 2, "matmul_all_gather": 3, "matmul_all_reduce": 3}
 # Each piece's rows over the previous piece's, by op (see the module doc): the last transfer of a pushing
 # pipeline, the one nothing hides, made short.
-GROWTH = {"matmul_all_gather": 0.6, "matmul_all_reduce": 0.6, "matmul_reduce_scatter": 1.0, "all_gather_matmul": 4.0}
+GROWTH = {"matmul_all_gather": 0.6, "matmul_all_reduce": 0.6, "matmul_reduce_scatter": 1.0, "all_gather_matmul": 5.0}
 # A growing cut whose first piece would be thinner than this is even instead (see the module doc).
 FIRST_ROWS = 1024
 
@@ -68,7 +70,7 @@ def growth(op: str, rows: int, count: int) -> float:
     Examples
     --------
     >>> growth("all_gather_matmul", 8192, 2), growth("all_gather_matmul", 2048, 2)
-    (4.0, 1.0)
+    (5.0, 1.0)
     """
     wanted = GROWTH[op]
     if wanted > 1 and sizes(rows, count, wanted)[0] < FIRST_ROWS:
