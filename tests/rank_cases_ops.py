@@ -223,8 +223,7 @@ def odd_layouts():
 def gathered_layouts():
     """all_gather_matmul's chunked path (3 uneven pieces) with the shards column-major on every rank, then on one
     rank only: the layout the ranks agree on when the workspace is made, and the product and the staged A against
-    torch's, also when a warm workspace is called with the other layout (converted into the agreed one). Column-major,
-    the first piece (128 rows) travels packed (iris.ops.chunked.packs_first_piece)."""
+    torch's, also when a warm workspace is called with the other layout (converted into the agreed one)."""
     ctx = iris.iris("64MiB", backend=BACKEND)
     rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
     m, k_local, n = 300, 5, 7
@@ -240,7 +239,6 @@ def gathered_layouts():
         for key, name in ((made, made), (f"{made}, then {later}", later)):  # a new workspace, then the warm one
             out = ctx.zeros(m, n)
             workspace = ctx.ops.all_gather_matmul(out, shards[name], B.to(device), config=chunked)
-            # The staged A too: a column-major one gets its first piece from the packed block it travelled in.
             staged = (workspace.aux_buffer.cpu() - A).abs().max().item()
             results[key] = (workspace.gathered_layout, max((out.cpu() - A @ B).abs().max().item(), staged))
         ctx.ops.release_workspaces()
@@ -252,7 +250,7 @@ def gathered_product_rounded_once():
     """all_gather_matmul in bf16 where the shards' terms cancel: rank 0's shard times its rows of B is about +1000,
     rank 1's about -1000 + x, so a path that rounds each term to bf16 (ulp 8 at 1000) loses x; one full-depth GEMM
     (fp32 sum, one rounding) keeps it. Every path, every piece (a thin first piece and even ones, and a thin first
-    piece of column-major shards, which travels packed), on 2 ranks. Returns each path's largest error against the
+    piece of column-major shards, gathered column-major), on 2 ranks. Returns each path's largest error against the
     exact product."""
     ctx = iris.iris("64MiB", backend=BACKEND)
     rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
@@ -280,6 +278,6 @@ def gathered_product_rounded_once():
         variant="chunked", chunks=2, growth=16.0))
     ctx.barrier()
     assert workspace.gathered_layout == "columns", workspace.gathered_layout
-    errors["chunked, thin first piece packed"] = (out.double().cpu() - exact).abs().max().item()
+    errors["chunked, thin first piece, column-major"] = (out.double().cpu() - exact).abs().max().item()
     ctx.barrier()
     return errors

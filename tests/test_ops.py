@@ -150,4 +150,4 @@ def test_all_gather_matmul_rounds_each_element_once():
     sum per-shard terms rounded to bf16: 2-4 ulps off, found by upstream's test_all_gather_matmul_hbm_buffer.)"""
     for errors in run_ranks(2, f"{CASES}:gathered_product_rounded_once"):
         assert errors == {"sequential": 0.0, "chunked, thin first piece": 0.0, "chunked, even": 0.0,
-                          "chunked, thin first piece packed": 0.0}, errors
+                          "chunked, thin first piece, column-major": 0.0}, errors

@@ -34,8 +34,6 @@ import torch
 from .pieces import ALIGN, split
 from .signals import PieceSignals
 
-PACK_BELOW = 8 << 10  # bytes: all_gather_matmul packs a first piece whose runs are shorter (packs_first_piece)
-
 
 def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int, growth: float):
     """``out`` = every rank's A @ B stacked along M: this rank's rows computed in ``chunks`` pieces, each pushed
@@ -67,14 +65,13 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int, gr
 
 def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks: int, growth: float):
     """``out = A @ B`` with A every rank's ``A_sharded`` side by side along K, gathered into each rank's heap
-    buffer (:func:`gathered_buffer`) row piece by row piece: each rank's copy engines write its shard's rows
-    into its columns of every rank's A (2-D copies, its own included), each piece followed by its flag; each
-    piece's full-depth GEMM starts once its rows from every rank have landed. Each product element is one GEMM's
-    fp32 sum over the whole K, rounded once, as ``torch.matmul`` of the gathered A gives it. (Splitting a piece's
-    K into per-shard terms started sooner, but rounded each term to ``out``'s dtype: 2-4 bf16 ulps off where
-    terms cancel.) So the first piece waits for its rows, and the others land while it computes; where its 2-D
-    copy would move short runs (:func:`packs_first_piece`), it travels packed, one contiguous copy per peer, into
-    a buffer of its own that its GEMM reads, and into the gathered A while the GEMMs run."""
+    buffer (:func:`gathered_buffer`) row piece by row piece: each rank writes its shard's rows into its columns
+    of every rank's A (2-D copies: the copy engines' to its peers, an SM kernel's into its own), each piece
+    followed by its flag; each piece's full-depth GEMM starts once its rows from every rank have landed. Each
+    product element is one GEMM's fp32 sum over the whole K, rounded once, as ``torch.matmul`` of the gathered A
+    gives it. (Splitting a piece's K into per-shard terms started sooner, but rounded each term to ``out``'s
+    dtype: 2-4 bf16 ulps off where terms cancel.) So the first piece waits for its rows, and the others land
+    while it computes."""
     rank, world = ctx.cur_rank, ctx.num_ranks
     m, k_local = A_sharded.shape
     gathered = gathered_buffer(ctx, workspace, A_sharded)  # A, (M, K), stored in the layout the ranks agreed on
@@ -95,80 +92,44 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
     # Pieces start on whole 128-row tiles: in a column-major A a piece's start is an offset along each row of the
     # buffer, and cuBLAS took a kernel 3x slower for an A not aligned to 16 bytes (2xH100, 3 even pieces of 8192).
     rows = split(slice(None), m, chunks, growth, align=ALIGN)
-    first = rows[0]
     peers = [(rank + step) % world for step in range(1, world)]  # each rank starts with another peer
-    packed = bool(peers) and packs_first_piece(by_columns, rows, A_sharded.element_size())
-    if packed:  # the first piece's columns of A^T, every rank's K-rows one contiguous block: (K, its rows)
-        block = workspace.buffer(ctx, "A_first_t", (world * k_local, first.stop - first.start), A_sharded.dtype)
-    signals = signals_for(ctx, workspace, chunks + int(packed))  # packed: slot `chunks` says the staged A is whole
+    signals = signals_for(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
     local = _local_stream(ctx, workspace)
     signals.begin()
-    # A signal is a one-program kernel and a copy within a GPU is an SM kernel too (a peer-to-peer copy is the
+    # A signal is a one-program kernel, and a copy within a GPU is an SM kernel too (a peer-to-peer copy is the
     # copy engines'): each needs free SMs, and cuBLAS's GEMMs on Hopper are persistent (one CTA per SM), so one
-    # queued behind a running GEMM waits for its end, and one queued before a GEMM delays its start. So (all
-    # seen on 2xH100, benchmarks/fused_ops_timeline.py):
+    # queued behind a running GEMM waits for its end, and one queued before a GEMM delays its start. Two rules
+    # keep that off the critical path (both seen on 2xH100, benchmarks/fused_ops_timeline.py):
     # * this rank's own rows are copied at once, on a third stream, while the SMs wait for the first piece to
-    #   land (they need no barrier: only this rank's GEMMs read its A, and they are done);
+    #   land (they need no barrier: only this rank's GEMMs read its A, and they are done); on the copy stream,
+    #   behind a signal, a piece's own rows could wait for the previous piece's GEMM to end, and the next GEMM
+    #   for them (at 8192 x 8192 x 28672, 112 MiB);
     # * a piece's GEMM starts only after this rank's signals of that piece have run: a GEMM launched first held
-    #   every SM, and the peer waited for that whole GEMM for its flag (680 µs at 8192 x 8192 x 8192);
-    # * nothing else runs on the SMs before the last GEMM: the staged A's copy of a packed first piece is the
-    #   copy engines', peer to peer.
+    #   every SM, and the peer waited for that whole GEMM for its flag (680 µs at 8192 x 8192 x 8192).
     landed, sent = [], []  # per piece: this rank's own rows are in place; its rows were sent and signalled
     with _on(local):
         _wait(local, compute)  # the inputs are ready, and the last call's GEMMs are done with A
-        for slot, piece in enumerate(rows):
-            if slot == 0 and packed:
-                block[mine].copy_(A_sharded.t()[:, piece])
-            else:
-                copy_rows(stored, piece)
+        for piece in rows:
+            copy_rows(stored, piece)
             landed.append(_record(local))
     with _on(copy):
         _wait(copy, compute)  # the inputs are ready
         ctx.device_barrier()  # every rank's GEMMs of the last call are done with its A
         for slot, piece in enumerate(rows):
-            if slot == 0 and packed:
-                _wait_event(copy, landed[0])  # this rank's block is packed
             for peer in peers:
-                if slot == 0 and packed:
-                    ctx.as_remote(block, peer)[mine].copy_(block[mine])
-                else:
-                    copy_rows(ctx.as_remote(stored, peer), piece)
+                copy_rows(ctx.as_remote(stored, peer), piece)
                 signals.signal(slot, peer)
             sent.append(_record(copy))
-        if packed:  # the staged A holds the first piece too, as upstream's staging buffer does
-            for peer in peers:
-                ctx.heap.copy_2d(ctx.as_remote(stored, peer)[mine, first], block[mine])
-                signals.signal(chunks, peer)
-            # ...and this rank's own rows of it, back from the first peer: a local copy would take SMs
-            ctx.heap.copy_2d(stored[mine, first], ctx.as_remote(stored, peers[0])[mine, first])
     for slot, piece in enumerate(rows):
         _wait_event(compute, landed[slot])
         _wait_event(compute, sent[slot])
         signals.wait(slot)
-        torch.matmul(block.t() if slot == 0 and packed else gathered[piece], B, out=out[piece])
-    if packed:
-        signals.wait(chunks)  # every peer's rows of the first piece are in the staged A
+        torch.matmul(gathered[piece], B, out=out[piece])
     if bias is not None:
         out += bias
     _wait(compute, copy)
     _wait(compute, local)
-
-
-def packs_first_piece(by_columns: bool, rows: list[slice], element_size: int) -> bool:
-    """Whether all_gather_matmul sends its first piece packed: a column-major gathered A cut into pieces whose
-    first piece's rows, as runs of each column, are shorter than :data:`PACK_BELOW` bytes. The copy engines take
-    about the same time per run of a 2-D copy whatever its length under that (2xH100, 2026-11-26: 12 MiB in
-    3 KiB runs at about 100 GB/s, runs of 8 KiB and more at about 350 GB/s), and every GEMM waits for this piece.
-
-    Examples
-    --------
-    >>> packs_first_piece(True, [slice(0, 1536), slice(1536, 8192)], 2)
-    True
-    >>> packs_first_piece(False, [slice(0, 1536), slice(1536, 8192)], 2)
-    False
-    """
-    return by_columns and len(rows) > 1 and 0 < (rows[0].stop - rows[0].start) * element_size < PACK_BELOW
 
 
 def shard_layout(A_sharded) -> str | None:

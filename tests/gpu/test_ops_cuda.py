@@ -41,8 +41,8 @@ def test_pieces_that_grow_or_shrink_on_gpu():
 
 
 def test_all_gather_matmul_staging_on_gpu():
-    """all_gather_matmul's gathered A on the copy engines' paths: the layout the ranks agree on, a packed first piece
-    (column-major shards), the staged A and the product; and each element rounded once in bf16."""
+    """all_gather_matmul's gathered A on GPUs: the layout the ranks agree on, the staged A and the product, and
+    each element rounded once in bf16, with row-major and column-major shards."""
     for results in run_ranks(2, f"{CASES}:gathered_layouts", env=CUDA):
         assert all(error < 1e-3 for _, error in results.values()), results  # (TF32)
     for errors in run_ranks(2, f"{CASES}:gathered_product_rounded_once", env=CUDA):
