@@ -18,8 +18,9 @@ within 1.2% of the fastest at the others. For the consuming one, whose first pie
 the first a sixth of the rows (``growth`` 5) where that is at least :data:`FIRST_ROWS` rows, else even. At
 M = 8192 that first piece is 1,280 rows, a size cuBLAS runs well: on 2xH100 (2026-11-26, A column-major) the two
 GEMMs of a 1,280-row cut took 95-101% of one call's time at the three M = 8192 shapes, where a 1,536-row cut (a
-fifth) took 94-102% and cuts of 1,792-2,048 rows up to 123% (cuBLAS took kernels that leave SMs idle); a sweep of
-growth 4, 5 and 6 found 5 fastest at 2 of the 3 shapes. At M = 2048 a thin first piece (512 rows) was up to 4%
+fifth) took 94-102% and cuts of 1,792-2,048 rows up to 123% (cuBLAS took kernels that leave SMs idle); in three
+runs of the op (benchmarks/RESULTS.md), growth 5 was 48 and 110 µs faster than 4 on average at (8192, 28672, 8192)
+and (8192, 8192, 28672), and 35 µs slower at 8192^3. At M = 2048 a thin first piece (512 rows) was up to 4%
 slower than even ones (2xH200). :func:`growth` applies that.
 ``FusedConfig(growth=...)`` cuts any call so, and ``tests/gpu/sweep_pieces.sh`` times the cuts against each
 other.
