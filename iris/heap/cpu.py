@@ -149,7 +149,7 @@ class ShmHeapMemory:
         """Nothing to wait for: the interpreter runs kernels synchronously."""
 
     def copy_2d(self, dst: torch.Tensor, src: torch.Tensor) -> None:
-        """``dst.copy_(src)`` (on a GPU, the copy engines' 2-D copy; here, torch's)."""
+        """``dst.copy_(src)`` (on a GPU, one ``cudaMemcpy2DAsync``; here, torch's)."""
         dst.copy_(src)
 
 

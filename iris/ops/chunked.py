@@ -4,8 +4,8 @@ stream while the next piece computes. Every copy between ranks is a peer-to-peer
 
 * :func:`matmul_all_gather`: row pieces, each finished piece pushed into every peer's ``out`` (on the heap);
 * :func:`all_gather_matmul`: A gathered row piece by row piece into every rank's heap (2-D copies of each
-  shard into its columns; this rank's own on a third stream), each piece's full-depth GEMM started once its
-  flags say it has landed;
+  shard into its columns; this rank's own in one copy, on a third stream), each piece's full-depth GEMM started
+  once its flags say it has landed;
 * :func:`matmul_reduce_scatter` and :func:`matmul_all_reduce`: each rank computes its peers' blocks of its
   product first, in pieces pushed to their owners as they finish, then its own block, adding its product in
   place (``addmm_``) onto the peers' pieces, each waited for by its flag (:mod:`iris.ops.signals`) just
@@ -66,7 +66,7 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int, gr
 def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks: int, growth: float):
     """``out = A @ B`` with A every rank's ``A_sharded`` side by side along K, gathered into each rank's heap
     buffer (:func:`gathered_buffer`) row piece by row piece: each rank writes its shard's rows into its columns
-    of every rank's A (2-D copies: the copy engines' to its peers, an SM kernel's into its own), each piece
+    of every rank's A (2-D copies by the copy engines to its peers; its own in one copy, on SMs), each piece
     followed by its flag; each piece's full-depth GEMM starts once its rows from every rank have landed. Each
     product element is one GEMM's fp32 sum over the whole K, rounded once, as ``torch.matmul`` of the gathered A
     gives it. (Splitting a piece's K into per-shard terms started sooner, but rounded each term to ``out``'s
@@ -97,8 +97,8 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
     compute, copy = _streams(ctx, workspace)
     local = _local_stream(ctx, workspace)
     signals.begin()
-    # A signal is a one-program kernel, and a copy within a GPU is an SM kernel too (a peer-to-peer copy is the
-    # copy engines'): each needs free SMs, and cuBLAS's GEMMs on Hopper are persistent (one CTA per SM), so one
+    # A signal is a one-program kernel, and a copy within a GPU needs SMs too (a peer-to-peer copy is the copy
+    # engines'): each needs free SMs, and cuBLAS's GEMMs on Hopper are persistent (one CTA per SM), so one
     # queued behind a running GEMM waits for its end, and one queued before a GEMM delays its start. Two rules
     # keep that off the critical path (both seen on 2xH100, benchmarks/fused_ops_timeline.py):
     # * this rank's own rows are copied at once, on a third stream, while the SMs wait for the first piece to
