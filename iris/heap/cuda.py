@@ -151,8 +151,8 @@ class CudaHeapMemory:
         """``dst.copy_(src)`` for 2-D blocks whose rows lie apart (unit column stride), on the current stream: one
         ``cudaMemcpy2DAsync`` (torch launches its own copy kernel for a strided block). Either side may be a
         peer's heap; such a copy is the copy engines', taking no SM, where a copy within one GPU needs SMs
-        (2xH100, 2026-11-26: queued beside a running GEMM, a peer's copy ran at once, a local one only after the
-        GEMM)."""
+        (2xH100, 2026-11-26, a one-off script: queued beside a running GEMM, a peer's copy ran at once, a local
+        one only after the GEMM)."""
         if src.shape[0] == 0:
             return
         size = src.element_size()

@@ -16,12 +16,12 @@ A sweep on 2xH200 (benchmarks/RESULTS.md, "pieces of the chunked path" at the M 
 the rule: the pushing pipelines take 3 pieces that shrink (``growth`` 0.6), the fastest at 3 of their 6 rows and
 within 1.2% of the fastest at the others. For the consuming one, whose first piece waits for its rows, 2 pieces,
 the first a sixth of the rows (``growth`` 5) where that is at least :data:`FIRST_ROWS` rows, else even. At
-M = 8192 that first piece is 1,280 rows, a size cuBLAS runs well: on 2xH100 (2026-11-26, A column-major) the two
-GEMMs of a 1,280-row cut took 95-101% of one call's time at the three M = 8192 shapes, where a 1,536-row cut (a
-fifth) took 94-102% and cuts of 1,792-2,048 rows up to 123% (cuBLAS took kernels that leave SMs idle); in three
-runs of the op (benchmarks/RESULTS.md), growth 5 was 48 and 110 µs faster than 4 on average at (8192, 28672, 8192)
-and (8192, 8192, 28672), and 35 µs slower at 8192^3. At M = 2048 a thin first piece (512 rows) was up to 4%
-slower than even ones (2xH200). :func:`growth` applies that.
+M = 8192 that first piece is 1,280 rows, a size cuBLAS runs well: on one H100 (2026-11-26, A column-major, a
+one-off script timing the GEMMs alone) the two GEMMs of a 1,280-row cut took 95-101% of one call's time at the
+three M = 8192 shapes, where a 1,536-row cut (a fifth) took 94-102% and cuts of 1,792-2,048 rows up to 123%
+(cuBLAS took kernels that leave SMs idle); in three runs of the op (benchmarks/RESULTS.md), growth 5 was 48 and
+110 µs faster than 4 on average at (8192, 28672, 8192) and (8192, 8192, 28672), and 35 µs slower at 8192^3. At
+M = 2048 a thin first piece (512 rows) was up to 4% slower than even ones (2xH200). :func:`growth` applies that.
 ``FusedConfig(growth=...)`` cuts any call so, and ``tests/gpu/sweep_pieces.sh`` times the cuts against each
 other.
 
