@@ -281,3 +281,49 @@ def gathered_product_rounded_once():
     errors["chunked, thin first piece, column-major"] = (out.double().cpu() - exact).abs().max().item()
     ctx.barrier()
     return errors
+
+
+def interrupted_call():
+    """matmul_all_gather's chunked path stopped on rank 0 just before its first wait, as a KeyboardInterrupt in a
+    notebook lands (raised by a trace function when the wait is called): the peer's pieces then sit in rank 0's
+    flags unconsumed. Rank 0's next call with that workspace is refused, saying what to do; after
+    ``release_workspaces`` on every rank, calls are right again."""
+    import sys
+
+    from iris.ops.signals import PieceSignals
+
+    ctx = iris.iris("64MiB", backend=BACKEND)
+    rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
+    As = _inputs((64, 16), world, torch.float32, device, 70)
+    B = _inputs((16, 32), 1, torch.float32, device, 80)[0]  # the same on every rank
+    want = torch.cat(As) @ B
+    config = iris.ops.FusedConfig(variant="chunked", chunks=2)
+    out = ctx.zeros(64 * world, 32)
+    interrupted, refused = False, None
+
+    def interrupt_at_wait(frame, event, arg):
+        if event == "call" and frame.f_code is PieceSignals.wait.__code__:
+            sys.settrace(None)
+            raise KeyboardInterrupt
+    if rank == 0:
+        sys.settrace(interrupt_at_wait)
+        try:
+            ctx.ops.matmul_all_gather(out, As[rank], B, config=config)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            sys.settrace(None)
+        try:
+            ctx.ops.matmul_all_gather(out, As[rank], B, config=config)
+        except RuntimeError as err:
+            refused = str(err)
+    else:
+        ctx.ops.matmul_all_gather(out, As[rank], B, config=config)
+    ctx.barrier()
+    ctx.ops.release_workspaces()
+    out = ctx.zeros(64 * world, 32)
+    for _ in range(CALLS):
+        ctx.ops.matmul_all_gather(out, As[rank], B, config=config)
+    error = (out - want).abs().max().item()
+    ctx.barrier()
+    return {"rank": rank, "interrupted": interrupted, "refused": refused, "error": error}

@@ -151,3 +151,11 @@ def test_all_gather_matmul_rounds_each_element_once():
     for errors in run_ranks(2, f"{CASES}:gathered_product_rounded_once"):
         assert errors == {"sequential": 0.0, "chunked, thin first piece": 0.0, "chunked, even": 0.0,
                           "chunked, thin first piece, column-major": 0.0}, errors
+
+
+def test_a_call_interrupted_while_queueing_is_not_trusted_again():
+    first, second = run_ranks(2, f"{CASES}:interrupted_call")
+    assert first["interrupted"] and not second["interrupted"]
+    assert first["refused"].startswith("rank 0: an earlier call of matmul_all_gather stopped"), first["refused"]
+    assert "ctx.ops.release_workspaces() on every rank" in first["refused"]
+    assert first["error"] < 1e-4 and second["error"] < 1e-4, (first, second)

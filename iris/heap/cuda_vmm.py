@@ -28,19 +28,12 @@ import os
 import torch
 
 from ..backend import gpu_for_rank
-from .cuda import CudaHeapMemory, _check, _error_name
+from .cuda import CudaHeapMemory, _bindings, _check, _error_name
 from .fd_exchange import share_fds
-
-NEEDS_BINDINGS = ("the CUDA virtual-memory heap needs cuda-bindings: pip install 'iris-workbench[cuda]' "
-                  "(or pip install cuda-bindings)")
 
 
 def _driver():
-    try:
-        from cuda.bindings import driver
-    except ImportError as err:
-        raise ImportError(NEEDS_BINDINGS) from err
-    return driver
+    return _bindings("driver", "the CUDA virtual-memory heap")
 
 
 def _attribute(device_id: int, name: str) -> int:
@@ -59,8 +52,8 @@ def vmm_unavailable(device_id: int) -> str | None:
     """
     try:
         _driver()
-    except ImportError:
-        return NEEDS_BINDINGS
+    except ImportError as err:
+        return str(err)
     if not _attribute(device_id, "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED"):
         return f"GPU {device_id}'s driver has no virtual memory management (cuMemCreate/cuMemMap)"
     if not _attribute(device_id, "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED"):

@@ -387,6 +387,25 @@ class SymmetricHeap:
                              "transposed or expanded one")
         self.memory.copy_2d(dst, src)
 
+    def store_flag(self, flag: torch.Tensor, value: int) -> None:
+        """Store ``value`` into ``flag``, one int32 on this rank's heap or a peer's (:meth:`as_remote`), in stream
+        order: once the work queued before it is done and visible to every rank. On GPUs no kernel does it, so
+        it takes no SM (``cuStreamWriteValue32``). The CPU backend has no streams: signal from a kernel there
+        (:func:`iris.ccl.sync.signal`).
+
+        Examples
+        --------
+        >>> ctx.heap.store_flag(ctx.as_remote(flags, peer)[slot], 1)   # after this stream's copy   # doctest: +SKIP
+        """
+        store = getattr(self.memory, "store_flag", None)
+        if store is None:
+            raise NotImplementedError(f"rank {self.rank}: store_flag needs a GPU heap (the {self.backend} backend "
+                                      "has no streams): store the flag from a kernel, iris.ccl.sync.signal")
+        if flag.dtype != torch.int32 or flag.numel() != 1:
+            raise ValueError(f"rank {self.rank}: store_flag takes one int32 element, got {flag.dtype} of shape "
+                             f"{list(flag.shape)}")
+        store(flag, value)
+
     # -- inspection -------------------------------------------------------------------------------
     def locate(self, address: int) -> HeapLocation | None:
         """The rank, offset, allocation and element of ``address`` in any rank's heap as mapped here; None

@@ -288,6 +288,8 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace, 
         call = functools.partial(implementation, ctx, out, A, B, bias, async_op, workspace)
     replay_key = call_key((out, A, B, bias), workspace.path, workspace.pieces, workspace.growth, async_op,
                           config.all_reduce_variant, (config.block_size_m, config.block_size_n) if path else None)
+    if workspace.signals is not None:
+        workspace.signals.check_usable()  # a replayed graph would read flags that an interrupted call left set
     workspace.graphs.run(replay_key, call, cuda=ctx.backend == "cuda",
                          state=lambda: (id(workspace.signals), id(workspace.collective)))
     return workspace

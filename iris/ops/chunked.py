@@ -12,10 +12,10 @@ stream while the next piece computes. Every copy between ranks is a peer-to-peer
   before it is needed; the all-reduce then pushes each reduced piece to every peer.
 
 Each function takes the count of pieces and their ``growth`` (:mod:`iris.ops.pieces` cuts them, the same way
-on every rank). A device barrier opens a call (every peer is done with the last call's buffers); flags, one per piece
-(:mod:`iris.ops.signals`), tell a rank that a peer's piece has landed, just before it needs it. The compute
-stream then waits for the second stream. Fork and join go through ``wait_stream`` and events, so a whole call
-can be captured in a CUDA graph.
+on every rank). A device barrier opens a call (every peer is done with the last call's buffers); flags, one per
+piece (:mod:`iris.ops.signals`; on GPUs stored by the stream, taking no SM), tell a rank that a peer's piece has
+landed, just before it needs it. The compute stream then waits for the second stream. Fork and join go through
+``wait_stream`` and events, so a whole call can be captured in a CUDA graph.
 
 On the CPU backend there are no streams: the same steps run in order, which is what the tests check.
 
@@ -46,18 +46,18 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int, gr
     signals = signals_for(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
     ctx.device_barrier()  # every peer is done with its out from before
-    signals.begin()
-    for slot, piece in enumerate(split(slice(None), m_local, chunks, growth)):
-        rows = slice(rank * m_local + piece.start, rank * m_local + piece.stop)
-        torch.matmul(A[piece], B, out=target[rows])
-        if bias is not None:
-            target[rows] += bias
-        with _on(copy):
-            _wait(copy, compute)  # this piece is computed
-            for peer in peers:
-                ctx.as_remote(target, peer)[rows].copy_(target[rows])
-                signals.signal(slot, peer)
-    signals.wait(0, chunks)  # every peer's pieces have landed here
+    with signals.call():
+        for slot, piece in enumerate(split(slice(None), m_local, chunks, growth)):
+            rows = slice(rank * m_local + piece.start, rank * m_local + piece.stop)
+            torch.matmul(A[piece], B, out=target[rows])
+            if bias is not None:
+                target[rows] += bias
+            with _on(copy):
+                _wait(copy, compute)  # this piece is computed
+                for peer in peers:
+                    ctx.as_remote(target, peer)[rows].copy_(target[rows])
+                    signals.signal(slot, peer)
+        signals.wait(0, chunks)  # every peer's pieces have landed here
     _wait(compute, copy)  # later work (the next call's GEMMs into target) is ordered after the copies
     if target is not out:
         out.copy_(target)
@@ -96,17 +96,14 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
     signals = signals_for(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
     local = _local_stream(ctx, workspace)
-    signals.begin()
-    # A signal is a one-program kernel, and a copy within a GPU needs SMs too (a peer-to-peer copy is the copy
-    # engines'): each needs free SMs, and cuBLAS's GEMMs on Hopper are persistent (one CTA per SM), so one
-    # queued behind a running GEMM waits for its end, and one queued before a GEMM delays its start. Two rules
-    # keep that off the critical path (both seen on 2xH100, benchmarks/fused_ops_timeline.py):
-    # * this rank's own rows are copied at once, on a third stream, while the SMs wait for the first piece to
-    #   land (they need no barrier: only this rank's GEMMs read its A, and they are done); on the copy stream,
-    #   behind a signal, a piece's own rows could wait for the previous piece's GEMM to end, and the next GEMM
-    #   for them (at 8192 x 8192 x 28672, 112 MiB);
-    # * a piece's GEMM starts only after this rank's signals of that piece have run: a GEMM launched first held
-    #   every SM, and the peer waited for that whole GEMM for its flag (680 µs at 8192 x 8192 x 8192).
+    # A copy within a GPU needs SMs (a peer-to-peer copy is the copy engines'), and cuBLAS's GEMMs on Hopper are
+    # persistent (one CTA per SM): one queued behind a running GEMM waits for its end, one queued before a GEMM
+    # delays its start. So this rank's own rows are copied at once, on a third stream, while the SMs wait for
+    # the first piece to land (no barrier needed: only this rank's GEMMs read its A, and they are done); on the
+    # copy stream they could wait for a GEMM to end, and the next GEMM for them (at 8192 x 8192 x 28672, 112
+    # MiB; 2xH100, benchmarks/fused_ops_timeline.py). The signals take no SM (stream stores), so they go out
+    # while a GEMM runs and each GEMM waits for its flags alone. (As kernels, a GEMM launched before this rank's
+    # signal kernels held every SM, and the peer waited for that whole GEMM: 680 µs at 8192 x 8192 x 8192.)
     with _on(local):
         _wait(local, compute)  # the inputs are ready, and the last call's GEMMs are done with A
         # All of this rank's rows in one copy, for every piece: where A is stored column-major they are one
@@ -117,20 +114,18 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
         else:
             ctx.heap.copy_2d(stored[:, mine], A_sharded)
         mine_landed = _record(local)
-    sent = []  # per piece: this rank's rows were sent and signalled
-    with _on(copy):
-        _wait(copy, compute)  # the inputs are ready
-        ctx.device_barrier()  # every rank's GEMMs of the last call are done with its A
+    with signals.call():
+        with _on(copy):
+            _wait(copy, compute)  # the inputs are ready
+            ctx.device_barrier()  # every rank's GEMMs of the last call are done with its A
+            for slot, piece in enumerate(rows):
+                for peer in peers:
+                    copy_rows(ctx.as_remote(stored, peer), piece)
+                    signals.signal(slot, peer)
+        _wait_event(compute, mine_landed)
         for slot, piece in enumerate(rows):
-            for peer in peers:
-                copy_rows(ctx.as_remote(stored, peer), piece)
-                signals.signal(slot, peer)
-            sent.append(_record(copy))
-    _wait_event(compute, mine_landed)
-    for slot, piece in enumerate(rows):
-        _wait_event(compute, sent[slot])
-        signals.wait(slot)
-        torch.matmul(gathered[piece], B, out=out[piece])
+            signals.wait(slot)
+            torch.matmul(gathered[piece], B, out=out[piece])
     if bias is not None:
         out += bias
     _wait(compute, copy)
@@ -215,41 +210,41 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, growth: f
     signals = signals_for(ctx, workspace, 2 * chunks if gather else chunks)
     compute, copy = _streams(ctx, workspace)
     ctx.device_barrier()  # every peer has consumed the last call's pieces (and its user has read target)
-    signals.begin()
-    for step in range(1, world):
-        peer = (rank + step) % world
-        rows, columns = blocks[peer]
-        into = ctx.as_remote(target if rank == (peer + 1) % world else received[rank], peer)
-        sent = send[peer if send_per_peer else 0]
+    with signals.call():
+        for step in range(1, world):
+            peer = (rank + step) % world
+            rows, columns = blocks[peer]
+            into = ctx.as_remote(target if rank == (peer + 1) % world else received[rank], peer)
+            sent = send[peer if send_per_peer else 0]
+            for slot, piece in enumerate(split(rows, target.shape[0], chunks, growth)):
+                torch.matmul(A[piece], B[:, columns], out=sent[piece])
+                if bias is not None:
+                    sent[piece] += bias[columns]  # this rank's bias goes with its product
+                with _on(copy):
+                    _wait(copy, compute)  # this piece is computed
+                    into[piece].copy_(sent[piece])
+                    signals.signal(slot, peer)
+        rows, columns = blocks[rank]
+        peers = [peer for peer in range(world) if peer != rank]
         for slot, piece in enumerate(split(rows, target.shape[0], chunks, growth)):
-            torch.matmul(A[piece], B[:, columns], out=sent[piece])
+            signals.wait(slot)  # every peer's piece has landed
+            if peers:
+                target[piece].addmm_(A[piece], B[:, columns])  # onto the piece that rank + 1 pushed into target
+            else:
+                torch.matmul(A[piece], B[:, columns], out=target[piece])  # one rank: nobody pushed
+            for source in peers:
+                if source != (rank + 1) % world:
+                    target[piece] += received[source][piece]
             if bias is not None:
-                sent[piece] += bias[columns]  # this rank's bias goes with its product
-            with _on(copy):
-                _wait(copy, compute)  # this piece is computed
-                into[piece].copy_(sent[piece])
-                signals.signal(slot, peer)
-    rows, columns = blocks[rank]
-    peers = [peer for peer in range(world) if peer != rank]
-    for slot, piece in enumerate(split(rows, target.shape[0], chunks, growth)):
-        signals.wait(slot)  # every peer's piece has landed
-        if peers:
-            target[piece].addmm_(A[piece], B[:, columns])  # onto the piece that rank + 1 pushed into target
-        else:
-            torch.matmul(A[piece], B[:, columns], out=target[piece])  # one rank: nobody pushed
-        for source in peers:
-            if source != (rank + 1) % world:
-                target[piece] += received[source][piece]
-        if bias is not None:
-            target[piece] += bias[columns]  # this rank's own contribution's bias (the peers' came with theirs)
+                target[piece] += bias[columns]  # this rank's own contribution's bias (the peers' came with theirs)
+            if gather:
+                with _on(copy):
+                    _wait(copy, compute)  # this piece is reduced
+                    for peer in peers:
+                        ctx.as_remote(target, peer)[piece].copy_(target[piece])
+                        signals.signal(chunks + slot, peer)
         if gather:
-            with _on(copy):
-                _wait(copy, compute)  # this piece is reduced
-                for peer in peers:
-                    ctx.as_remote(target, peer)[piece].copy_(target[piece])
-                    signals.signal(chunks + slot, peer)
-    if gather:
-        signals.wait(chunks, chunks)  # every peer's reduced block has landed here
+            signals.wait(chunks, chunks)  # every peer's reduced block has landed here
     _wait(compute, copy)  # later work (the next call's sends) is ordered after the copies
 
 
@@ -267,7 +262,7 @@ def _streams(ctx, workspace):
     if ctx.backend != "cuda":
         return None, None
     if workspace.copy_stream is None:
-        # High priority: its signal kernels take the first free SM at the GEMM's next kernel boundary.
+        # High priority: its kernels (all_gather_matmul's opening barrier) take the first free SM.
         workspace.copy_stream = torch.cuda.Stream(device=ctx.get_device(), priority=-1)
     return torch.cuda.current_stream(), workspace.copy_stream
 

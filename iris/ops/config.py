@@ -150,8 +150,8 @@ class Workspace:
         CUDA graphs of repeated eager calls.
     prepared : bool
         Upstream's flag that its workspace's locks were reset for the next call (its preamble sets it, its call
-        clears it, and a call finding it clear prepares again). Ours need no reset between calls (flags only
-        grow against an epoch counted on the device), so no op reads it: the preamble functions
+        clears it, and a call finding it clear prepares again). Ours need no reset between calls (each call's
+        waits set the flags it was sent back to 0, :mod:`iris.ops.signals`), so no op reads it: the preamble functions
         (:func:`iris.ops.matmul_all_reduce_preamble` ...) set it, as upstream's do, and a caller may write it.
     """
 
@@ -173,9 +173,10 @@ class Workspace:
         """Upstream's per-tile flags, which its callers zero between calls. Here: the chunked path's per-piece
         arrival flags (int32 ``[slots, world, 1]`` on the heap), None until a chunked call (or
         :func:`~iris.ops.all_gather_matmul_hbm_buffer.all_gather_matmul_hbm_buffer_preamble`) made them, and on
-        the sequential path, whose collective keeps its own. A call waits for every flag it is sent before it
-        returns, and they only grow, so zeroing them between calls (as upstream's benchmarks do) is harmless."""
-        return None if self.signals is None else self.signals.state.flags
+        the sequential path, whose collective keeps its own. A call waits for every flag it is sent, and sets it
+        back to 0, before it returns (in stream order), so zeroing them between calls (as upstream's benchmarks
+        do) is harmless."""
+        return None if self.signals is None else self.signals.flags
 
     @property
     def aux_buffer(self) -> torch.Tensor | None:

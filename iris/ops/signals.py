@@ -1,30 +1,40 @@
 """Per-piece arrival flags between ranks: "piece ``slot`` of this call has landed in your buffers".
 
-The chunked reductions push each finished piece of a product into a peer's heap with the copy engines, on a
-second stream, and the peer adds it in as soon as it has landed, piece by piece, instead of after a barrier
-for all of them. Three one-program kernels carry that:
+The chunked path pushes each finished piece into a peer's heap with the copy engines, on a second stream, and
+the peer starts the work that reads it as soon as it has landed, piece by piece, instead of after a barrier for
+all of them. A flag ``[slot, source]`` on each rank's heap carries that, once per call:
 
-* :meth:`PieceSignals.begin` counts the call on the device (the epoch);
-* :meth:`PieceSignals.signal` (queued after a piece's copy, on the same stream) stores the epoch into the
-  peer's flag ``[slot, this rank]`` with release semantics, system scope;
-* :meth:`PieceSignals.wait` spins until every peer's flag ``[slot, peer]`` holds the epoch (acquire): the work
-  queued after it sees the pieces.
+* :meth:`PieceSignals.signal` (queued after a piece's copy, on the same stream) sets the peer's flag
+  ``[slot, this rank]`` to 1, after the copy is visible. On GPUs the stream's front end stores it
+  (:meth:`iris.heap.SymmetricHeap.store_flag`), taking no SM: it lands as soon as the copy ends, while the next
+  piece's GEMM holds every SM. A kernel would wait for a free SM, i.e. for that GEMM's end, and hold up the
+  copies queued behind it. On the CPU backend a one-program kernel stores it (release, system scope).
+* :meth:`PieceSignals.wait` (a one-program kernel) spins until every peer's flag ``[slot, peer]`` is 1
+  (acquire): the work queued after it sees the pieces. Then it sets them back to 0: a flag is consumed by the
+  call it was sent to.
 
-Flags only grow (:mod:`iris.ccl.sync`), so nothing is reset between calls, and the epoch lives on the device,
-so a call captured in a CUDA graph counts on every replay. A flag of call ``k + 1`` can only be stored once
-the call's opening device barrier has passed on every rank, i.e. after every rank consumed call ``k``'s
-pieces. Repeated launches skip Triton's Python launcher (:mod:`iris.ccl.fast_path`).
+Why the reset is safe: a call's opening device barrier comes, in this rank's stream order, after its last
+call's waits (each call ends by joining its streams), and a peer signals only after passing that barrier. So
+a flag is back to 0 before the next signal to it can be stored. A captured CUDA graph replays the same stores
+and waits, which is why the flags hold 1 or 0 and no call count (a stream store writes a fixed value).
+
+A call whose queueing stopped half-way (an exception, an interrupted cell) may leave flags set that no wait
+consumed; the next call would take them for its own pieces. So :meth:`PieceSignals.call` marks the flags
+unusable until a call has queued all its signals and waits, and a later call refuses them with a clear error.
 
 Examples
 --------
 >>> signals = PieceSignals(ctx, ("matmul_all_reduce", shapes), slots=8)       # doctest: +SKIP
->>> signals.begin()                      # on the compute stream, before the copy stream forks   # doctest: +SKIP
->>> signals.signal(slot=0, peer=1)       # on the copy stream, after piece 0's copy to rank 1     # doctest: +SKIP
->>> signals.wait(slot=0)                 # on the compute stream: every peer's piece 0 has landed  # doctest: +SKIP
+>>> with signals.call():                 # doctest: +SKIP
+...     signals.signal(slot=0, peer=1)   # on the copy stream, after piece 0's copy to rank 1
+...     signals.wait(slot=0)             # on the compute stream: every peer's piece 0 has landed
 """
 
 from __future__ import annotations
 
+import contextlib
+
+import torch
 import triton
 import triton.language as tl
 
@@ -33,29 +43,26 @@ from ..ccl.sync import flag_of, lanes, signal
 from ..ccl.workspace import Workspace
 from ..device import DeviceContext
 
-
-@triton.jit
-def begin_kernel(epochs):
-    tl.store(epochs, tl.load(epochs) + 1)
+LANDED = tl.constexpr(1)  # a flag's value once its piece has landed; 0 once the call it was sent to has seen it
 
 
 @triton.jit
-def signal_kernel(context, flags, epochs, slot, peer, rank: tl.constexpr, world: tl.constexpr):
+def signal_kernel(context, flags, slot, peer, rank: tl.constexpr, world: tl.constexpr):
     ctx = DeviceContext.initialize(context, rank, world)
-    signal(ctx, flag_of(flags, slot, rank, 0, 1, world), tl.load(epochs), peer)
+    signal(ctx, flag_of(flags, slot, rank, 0, 1, world), LANDED, peer)
 
 
 @triton.jit
-def wait_kernel(flags, epochs, first_slot, slots, rank: tl.constexpr, world: tl.constexpr):
-    epoch = tl.load(epochs)
+def wait_kernel(flags, first_slot, slots, rank: tl.constexpr, world: tl.constexpr):
     lane = tl.arange(0, lanes(world))
     peer = (lane < world) & (lane != rank)
     sources = tl.where(peer, lane, rank)  # spare lanes and this rank's own lane read a valid flag, unused
     for slot in range(first_slot, first_slot + slots):
         flags_of_slot = flag_of(flags, slot, sources, 0, 1, world)
-        while tl.min(tl.where(peer, tl.atomic_add(flags_of_slot, 0, mask=peer, sem="acquire", scope="sys"), epoch),
-                     axis=0) < epoch:
+        while tl.min(tl.where(peer, tl.atomic_add(flags_of_slot, 0, mask=peer, sem="acquire", scope="sys"), LANDED),
+                     axis=0) < LANDED:
             pass
+        tl.store(flags_of_slot, 0, mask=peer)  # consumed: the next call's signal finds it clear
     tl.debug_barrier()  # on a GPU: no thread of the program reads data before every flag was seen
 
 
@@ -72,27 +79,57 @@ class PieceSignals:
         What the flags are for (the op's workspace key); names the heap allocation.
     slots : int
         Pieces a rank may signal to each peer per call.
+
+    Attributes
+    ----------
+    flags : torch.Tensor
+        int32 ``[slots, world, 1]`` on the heap: ``flags[slot, source]`` is 1 while ``source``'s piece ``slot``
+        has landed here and this rank's wait for it has not run.
     """
 
     def __init__(self, ctx, key: tuple, slots: int):
-        self.ctx, self.slots = ctx, slots
+        self.ctx, self.slots, self.op = ctx, slots, key[0]
         self.state = Workspace.allocate(ctx, ("ops", str(key[0]), "signals", slots), programs=1, slots=slots)
+        self.flags = self.state.flags
+        self._peer_flags = {}  # peer -> its flags as mapped here (GPUs: the stream stores need addresses)
+        self._interrupted = False
 
-    def begin(self) -> None:
-        """Count a new call (before any signal or wait of it, in stream order)."""
-        self._launch(("begin",), begin_kernel, self.state.epochs)
+    def check_usable(self) -> None:
+        """Raise when an earlier call stopped half-way through queueing (see the module's docstring): its flags
+        may hold pieces no call consumed. Replaying a captured call must check this too."""
+        if self._interrupted:
+            raise RuntimeError(
+                f"rank {self.ctx.cur_rank}: an earlier call of {self.op} stopped (an exception or an interrupt) while "
+                "it queued its pieces, so its arrival flags may hold pieces that no call consumed, and a new call "
+                "would read them as its own. Call ctx.ops.release_workspaces() on every rank (or pass a new "
+                "workspace on every rank), once every rank's earlier call has ended")
+
+    @contextlib.contextmanager
+    def call(self):
+        """Queue one call's signals and waits inside this block; a block left by an exception leaves the flags
+        unusable, and :meth:`check_usable` (which this calls first) raises from then on."""
+        self.check_usable()
+        capturing = self.ctx.backend == "cuda" and torch.cuda.is_current_stream_capturing()
+        self._interrupted = not capturing  # a failed capture ran nothing
+        yield self
+        self._interrupted = False
 
     def signal(self, slot: int, peer: int) -> None:
         """Tell ``peer`` that piece ``slot`` has landed (after the work queued before, in stream order)."""
         ctx = self.ctx
-        self._launch(("signal", slot, peer), signal_kernel, ctx.get_device_context(), self.state.flags,
-                     self.state.epochs, slot, peer, rank=ctx.cur_rank, world=ctx.num_ranks)
+        if ctx.backend == "cuda":
+            if peer not in self._peer_flags:
+                self._peer_flags[peer] = ctx.as_remote(self.flags, peer)
+            ctx.heap.store_flag(self._peer_flags[peer][slot, ctx.cur_rank], LANDED.value)
+            return
+        self._launch(("signal", slot, peer), signal_kernel, ctx.get_device_context(), self.flags, slot, peer,
+                     rank=ctx.cur_rank, world=ctx.num_ranks)
 
     def wait(self, slot: int, count: int = 1) -> None:
         """Make the work queued after this wait for pieces ``slot .. slot + count - 1`` of every peer."""
         ctx = self.ctx
-        self._launch(("wait", slot, count), wait_kernel, self.state.flags, self.state.epochs, slot, count,
-                     rank=ctx.cur_rank, world=ctx.num_ranks)
+        self._launch(("wait", slot, count), wait_kernel, self.flags, slot, count, rank=ctx.cur_rank,
+                     world=ctx.num_ranks)
 
     def _launch(self, key, kernel, *args, **constexprs) -> None:
         if not replay(self.ctx, self.state, key, ()):

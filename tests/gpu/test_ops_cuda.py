@@ -47,3 +47,9 @@ def test_all_gather_matmul_staging_on_gpu():
         assert all(error < 1e-3 for _, error in results.values()), results  # (TF32)
     for errors in run_ranks(2, f"{CASES}:gathered_product_rounded_once", env=CUDA):
         assert all(error == 0.0 for error in errors.values()), errors
+
+
+def test_a_call_interrupted_while_queueing_is_not_trusted_again_on_gpu():
+    first, second = run_ranks(2, f"{CASES}:interrupted_call", env=CUDA)
+    assert first["interrupted"] and first["refused"].startswith("rank 0: an earlier call of matmul_all_gather stopped")
+    assert first["error"] < 1e-3 and second["error"] < 1e-3, (first, second)  # (TF32)
