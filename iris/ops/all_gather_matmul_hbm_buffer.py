@@ -8,7 +8,8 @@ chunked path is the same staging: the copy engines write each rank's shard into 
 row piece (its ``locks``), and each piece's cuBLAS GEMM waits for its flags.
 So these functions are that path under upstream's names. The knobs of upstream's kernel (fetcher programs and
 stages, ``k_per_flag``, fetch tiles, ``num_warps``, ``num_stages``, the buffer's layout) are checked and have
-no effect: no SM fetches here, and the buffer is row-major. Its ``bias`` is upstream's: one
+no effect: no SM fetches here, and the buffer is row-major, or column-major where every rank's shard is
+(:func:`~iris.ops.chunked.gathered_buffer`). Its ``bias`` is upstream's: one
 value per row of the product, ``(M,)``; as for every op of :mod:`iris.ops`, a rank's bias goes with the product
 it computes, so each rank adds its own to its own output.
 
