@@ -20,7 +20,7 @@ and waits, which is why the flags hold 1 or 0 and no call count (a stream store 
 
 The opening barrier stays a kernel: a stream wait (``cuStreamWaitValue32``) on the copy stream in its place,
 "every peer is done with the last call", let the first GEMM start at once but made matmul_reduce_scatter at
-8192^3 17% slower and matmul_all_gather at (8192, 28672, 8192) 13% slower (2xH100, 2026-11-26, two runs), for a
+8192^3 17% slower and matmul_all_gather at (8192, 28672, 8192) 13-15% slower (2xH100, 2026-11-26, two runs), for a
 reason not found; the stores alone slowed no op beyond the run-to-run noise.
 
 A call whose queueing stopped half-way (an exception, an interrupted cell) may leave flags set that no wait
