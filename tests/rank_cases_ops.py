@@ -6,10 +6,12 @@ inputs intact, workspace reuse and back-to-back calls. Backend: env ``IRIS_TEST_
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
 import iris
+from iris.ops.signals import PieceSignals
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
 # Largest error allowed, relative to the largest value of the result: a GEMM's rounding scales with its output
@@ -288,10 +290,6 @@ def interrupted_call():
     notebook lands (raised by a trace function when the wait is called): the peer's pieces then sit in rank 0's
     flags unconsumed. Rank 0's next call with that workspace is refused, saying what to do; after
     ``release_workspaces`` on every rank, calls are right again."""
-    import sys
-
-    from iris.ops.signals import PieceSignals
-
     ctx = iris.iris("64MiB", backend=BACKEND)
     rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
     As = _inputs((64, 16), world, torch.float32, device, 70)

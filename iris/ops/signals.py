@@ -96,7 +96,6 @@ class PieceSignals:
         self.ctx, self.slots, self.op = ctx, slots, key[0]
         self.state = Workspace.allocate(ctx, ("ops", str(key[0]), "signals", slots), programs=1, slots=slots)
         self.flags = self.state.flags
-        self._peer_flags = {}  # peer -> its flags as mapped here (GPUs: the stream stores need addresses)
         self._interrupted = False
 
     def check_usable(self) -> None:
@@ -123,9 +122,7 @@ class PieceSignals:
         """Tell ``peer`` that piece ``slot`` has landed (after the work queued before, in stream order)."""
         ctx = self.ctx
         if ctx.backend == "cuda":
-            if peer not in self._peer_flags:
-                self._peer_flags[peer] = ctx.as_remote(self.flags, peer)
-            ctx.heap.store_flag(self._peer_flags[peer][slot, ctx.cur_rank], LANDED.value)
+            ctx.heap.store_flag(ctx.as_remote(self.flags, peer)[slot, ctx.cur_rank], LANDED.value)
             return
         self._launch(("signal", slot, peer), signal_kernel, ctx.get_device_context(), self.flags, slot, peer,
                      rank=ctx.cur_rank, world=ctx.num_ranks)
