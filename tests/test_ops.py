@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import warnings
 
 import pytest
+import torch
 
 import iris
 from iris.ops import pieces
@@ -112,6 +114,28 @@ def test_piece_sizes_are_exact_where_the_floor_allows():
     assert pieces.sizes(4096, 4, 1e300) == [512, 512, 512, 2560]  # (no overflow: weights relative to the largest)
     with pytest.raises(ValueError, match="whole number of 128-row tiles"):
         pieces.sizes(4096, 4, 0.5, least=100)
+
+
+def test_a_deep_gemm_pushes_in_two_pieces_whose_last_hides_the_rest():
+    hiding = pieces.transfer_hiding("NVIDIA H200", torch.bfloat16, depth=28672, world=2)
+    assert 15 < hiding < 17  # a row computes ~16 times longer than it takes to push
+    for rows in (1024, 4096, 8192):
+        count, growth = pieces.last_piece_hides_the_rest("matmul_all_gather", rows, hiding)
+        assert count == 2 and pieces.sizes(rows, count, growth) == [rows - 512, 512]
+    assert pieces.last_piece_hides_the_rest("matmul_all_reduce", 4096, hiding) == (2, 512 / 3584)
+    shallow = pieces.transfer_hiding("NVIDIA H200", torch.bfloat16, depth=8192, world=2)
+    assert pieces.last_piece_hides_the_rest("matmul_all_gather", 4096, shallow) is None  # 3584 rows' push outlasts
+    assert pieces.last_piece_hides_the_rest("matmul_all_gather", 2048, shallow) == (2, 512 / 1536)
+    assert pieces.last_piece_hides_the_rest("all_gather_matmul", 4096, 1e6) is None  # its first piece waits instead
+    assert pieces.last_piece_hides_the_rest("matmul_all_gather", 900, 1e6) is None  # too short for 2 x 512
+    assert pieces.transfer_hiding("NVIDIA H200", torch.bfloat16, 28672, world=4) == pytest.approx(hiding / 3)
+    assert pieces.transfer_hiding("NVIDIA H200", torch.bfloat16, 28672, world=1) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an unknown GPU keeps the plain rule, silently
+        assert pieces.transfer_hiding("NVIDIA GeForce RTX 4090", torch.bfloat16, 28672, world=2) is None
+    tf32 = pieces.transfer_hiding("NVIDIA H200", torch.float32, 28672, world=2, tf32=True)
+    fp32 = pieces.transfer_hiding("NVIDIA H200", torch.float32, 28672, world=2)
+    assert fp32 == pytest.approx(tf32 * 494.5 / 67.0)  # the peak the GEMM runs at: TF32's where torch allows it
 
 
 @pytest.mark.parametrize("world", [2, 3])

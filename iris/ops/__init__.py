@@ -218,7 +218,7 @@ def _prepared(ctx, op, key, config, workspace, zero=None) -> Workspace:
 
 
 # -- checks and dispatch --------------------------------------------------------------------------------------
-def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int, float]:
+def choose_path(ctx, op: str, out_shape, config: FusedConfig, B=None) -> tuple[str, int, float]:
     """``(path, pieces, growth)`` of a call: ``config.variant``, ``config.chunks`` and ``config.growth`` where
     they say, else by the shape and the op (:mod:`iris.ops.pieces`).
 
@@ -226,8 +226,11 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int,
     matmul_all_reduce, the whole product for matmul_reduce_scatter's column blocks and all_gather_matmul,
     its own rows for matmul_all_gather) into pieces of at least 512 rows and 4M elements on average, at most 2
     to 4 by op (:func:`iris.ops.pieces.count`), each ``growth`` times the size of the one before
-    (:func:`iris.ops.pieces.sizes`; even by default). ``"auto"`` takes it on GPUs when there are at least 2
-    pieces (something to overlap), else the sequential path; matmul_all_reduce with a named
+    (:func:`iris.ops.pieces.sizes`; even by default). On a GPU, given the call's ``B`` (its rows are the
+    GEMM's depth), matmul_all_gather and matmul_all_reduce cut 2 pieces, the last of 512 rows, where that last
+    piece's GEMM outlasts the transfer of all the rows before it
+    (:func:`iris.ops.pieces.last_piece_hides_the_rest`). ``"auto"`` takes the chunked path on GPUs when there
+    are at least 2 pieces (something to overlap), else the sequential path; matmul_all_reduce with a named
     ``config.all_reduce_variant`` takes the sequential path, whose all-reduce is :mod:`iris.ccl`'s of that name.
 
     Examples
@@ -243,6 +246,10 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig) -> tuple[str, int,
         rows //= world
     count = config.chunks or pieces.count(op, rows, columns)
     growth = config.growth if config.growth is not None else pieces.growth(op, rows, count)
+    if config.chunks is None and config.growth is None and ctx.backend == "cuda" and B is not None:
+        hiding = pieces.transfer_hiding(torch.cuda.get_device_name(ctx.get_device()), B.dtype, B.shape[0], world,
+                                        tf32=torch.backends.cuda.matmul.allow_tf32)
+        count, growth = pieces.last_piece_hides_the_rest(op, rows, hiding) or (count, growth)
     if op == "matmul_all_reduce" and config.all_reduce_variant is not None:
         if config.variant == "chunked":
             raise ValueError(f"rank {ctx.cur_rank}: matmul_all_reduce: FusedConfig(variant='chunked', "
@@ -276,7 +283,7 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace, 
         raise ValueError(f"rank {ctx.cur_rank}: {op}: this workspace was made for {workspace.key}, not {key}: "
                          "pass the workspace of a call with the same shapes, or none")
     workspace.path, workspace.pieces, workspace.growth = (path, 1, 1.0) if path else choose_path(
-        ctx, op, tuple(out.shape), config)
+        ctx, op, tuple(out.shape), config, B)
     if path:
         call = functools.partial(implementation, ctx, out, A, B, bias, async_op, workspace, config)
     elif workspace.path == "chunked":

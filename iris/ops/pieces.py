@@ -25,6 +25,15 @@ M = 2048 a thin first piece (512 rows) was up to 4% slower than even ones (2xH20
 ``FusedConfig(growth=...)`` cuts any call so, and ``tests/gpu/sweep_pieces.sh`` times the cuts against each
 other.
 
+A deep GEMM changes the pushing pipelines' best cut. A row's GEMM then takes many times longer than the row's
+transfer, so one last piece of :data:`PIECE_ROWS` rows hides the transfer of every row before it. Two pieces
+are then enough: fewer GEMM boundaries, and the shortest tail (:func:`last_piece_hides_the_rest`). The ratio of
+the two times comes from the spec sheet of the GPU found (:func:`transfer_hiding`). On 2xH200 (2026-11-26, at
+(8192, 8192, 28672)), two pieces of 3584 and 512 rows beat the 3 x0.6 cut:
+- matmul_all_gather: 2775-2781 µs against 2836-3072, over two runs;
+- matmul_all_reduce: 2814 against 3039.
+At K = 8192, where the ratio is under 7, 3 x0.6 stays the cut.
+
 Every rank cuts the same way (the sizes depend only on the lengths and the plan), so a piece's flag means the
 same rows on the rank that sends it and on the rank that waits for it.
 
@@ -39,6 +48,11 @@ Examples
 """
 
 from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
 
 # Pieces under about 512 rows or 4M elements of output (two waves of 128 x 128 tiles on 132 SMs) lost more GEMM
 # efficiency than they gained overlap on 2xH200 (benchmarks/RESULTS.md "fused_ops (2 GPUs, pieces of the chunked
@@ -62,6 +76,12 @@ MAX_PIECES = {"matmul_reduce_scatter": 2, "all_gather_matmul": 2, "matmul_all_ga
 GROWTH = {"matmul_all_gather": 0.6, "matmul_all_reduce": 0.6, "matmul_reduce_scatter": 1.0, "all_gather_matmul": 5.0}
 # A growing cut whose first piece would be thinner than this is even instead (see the module doc).
 FIRST_ROWS = 1024
+# The pipelines whose last piece's transfer is what nothing hides (see the module doc).
+PUSHING = ("matmul_all_gather", "matmul_all_reduce")
+# The shares of the spec sheet's figures that a chunked call reaches: the copy engines pushed 376-392 of NVLink's
+# 450 GB/s a direction (2xH100 and 2xH200, benchmarks/RESULTS.md), cuBLAS's bf16 GEMMs at M = 8192 ran at 690-780
+# of the 989.5 dense TFLOP/s.
+LINK_SHARE, FLOP_SHARE = 0.85, 0.7
 
 
 def growth(op: str, rows: int, count: int) -> float:
@@ -77,6 +97,60 @@ def growth(op: str, rows: int, count: int) -> float:
     if wanted > 1 and sizes(rows, count, wanted)[0] < FIRST_ROWS:
         return 1.0
     return wanted
+
+
+def last_piece_hides_the_rest(op: str, rows: int, hiding: float | None) -> tuple[int, float] | None:
+    """``(2, growth)``: two pieces, the last :data:`PIECE_ROWS` rows, for a pushing pipeline (:data:`PUSHING`)
+    whose last piece's GEMM outlasts the transfer of every row before it. ``hiding`` is a row's GEMM time over
+    its transfer time (:func:`transfer_hiding`). None where that does not hold, or where ``hiding`` is None.
+
+    Examples
+    --------
+    >>> last_piece_hides_the_rest("matmul_all_gather", 4096, hiding=15.8)
+    (2, 0.14285714285714285)
+    >>> sizes(4096, 2, 1 / 7)
+    [3584, 512]
+    >>> last_piece_hides_the_rest("matmul_all_gather", 4096, hiding=4.5) is None   # 3584 rows take longer
+    True
+    """
+    if op not in PUSHING or hiding is None or rows < 2 * PIECE_ROWS or rows - PIECE_ROWS > hiding * PIECE_ROWS:
+        return None
+    return 2, PIECE_ROWS / (rows - PIECE_ROWS)  # sizes() holds the last piece at PIECE_ROWS exactly
+
+
+def transfer_hiding(device_name: str, dtype, depth: int, world: int, tf32: bool = False) -> float | None:
+    """How many times longer a row of the product takes to compute than to push to every peer.
+
+    A row takes ``2 * depth`` flops per column to compute, and ``world - 1`` copies of its bytes to push. The
+    rates are the spec sheet's figures for the GPU called ``device_name`` (:mod:`iris.perf.specs`), scaled to
+    what a chunked call reaches (:data:`LINK_SHARE`, :data:`FLOP_SHARE`). None for a GPU or dtype not on the
+    sheet, or for one rank.
+
+    Examples
+    --------
+    >>> round(transfer_hiding("NVIDIA H200", torch.bfloat16, depth=28672, world=2), 1)
+    15.8
+    >>> round(transfer_hiding("NVIDIA H200", torch.bfloat16, depth=8192, world=2), 1)
+    4.5
+    """
+    return _transfer_hiding(device_name, str(dtype), depth, world, tf32)
+
+
+@functools.lru_cache(maxsize=64)
+def _transfer_hiding(device_name: str, dtype: str, depth: int, world: int, tf32: bool) -> float | None:
+    from ..perf import specs  # (iris.perf does not import iris.ops: no cycle; imported here, for GPUs only)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an unknown GPU keeps the plain rule: nothing to warn about per call
+        spec = specs.find(device_name)
+    key = "tf32" if tf32 and specs.dtype_key(dtype) == "fp32" else dtype
+    peak = spec.peak(key) if spec is not None else None
+    if peak is None or world < 2:
+        return None
+    element = torch.empty((), dtype=getattr(torch, dtype.removeprefix("torch."))).element_size()
+    gemm_s = 2 * depth / (FLOP_SHARE * peak * 1e12)  # per column of the row
+    push_s = (world - 1) * element / (LINK_SHARE * spec.peer_gbs * 1e9)
+    return gemm_s / push_s
 
 
 def count(op: str, rows: int, columns: int) -> int:
