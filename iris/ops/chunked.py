@@ -12,8 +12,7 @@ stream while the next piece computes. Every copy between ranks is a peer-to-peer
   before it is needed; the all-reduce then pushes each reduced piece to every peer.
 
 Each function takes the count of pieces and their ``growth`` (:mod:`iris.ops.pieces` cuts them, the same way
-on every rank). A device barrier on the copy stream opens a call's transfers (every peer is done with the last
-call's buffers; the first GEMM does not wait for it); flags, one per
+on every rank). A device barrier opens a call (every peer is done with the last call's buffers); flags, one per
 piece (:mod:`iris.ops.signals`; on GPUs stored by the stream, taking no SM), tell a rank that a peer's piece has
 landed, just before it needs it. The compute stream then waits for the second stream. Fork and join go through
 ``wait_stream`` and events, so a whole call can be captured in a CUDA graph.
@@ -46,7 +45,7 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int, gr
     peers = [peer for peer in range(world) if peer != rank]
     signals = signals_for(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
-    _open(ctx, copy, compute)  # every peer is done with its out from before, and this rank's first GEMM need not wait
+    ctx.device_barrier()  # every peer is done with its out from before
     with signals.call():
         for slot, piece in enumerate(split(slice(None), m_local, chunks, growth)):
             rows = slice(rank * m_local + piece.start, rank * m_local + piece.stop)
@@ -210,7 +209,7 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, growth: f
     received = workspace.buffer(ctx, "received", (world, *target.shape), target.dtype) if world > 2 else None
     signals = signals_for(ctx, workspace, 2 * chunks if gather else chunks)
     compute, copy = _streams(ctx, workspace)
-    _open(ctx, copy, compute)  # every peer has consumed the last call's pieces (and its user has read target)
+    ctx.device_barrier()  # every peer has consumed the last call's pieces (and its user has read target)
     with signals.call():
         for step in range(1, world):
             peer = (rank + step) % world
@@ -275,18 +274,6 @@ def _local_stream(ctx, workspace):
     if workspace.local_stream is None:
         workspace.local_stream = torch.cuda.Stream(device=ctx.get_device())
     return workspace.local_stream
-
-
-def _open(ctx, copy, compute) -> None:
-    """A call's opening device barrier, on the copy stream ahead of the call's first transfer: the transfers wait
-    for every peer to be done with the last call's buffers, while the first GEMM, which writes only this rank's
-    own buffers, starts at once (on the compute stream before, it waited 4-5 µs a call for the barrier; 2xH200,
-    matmul_all_gather at (8192, 8192, 28672), benchmarks/fused_ops_timeline.py). The copy stream waits for the
-    compute stream first: this rank arrives only once its earlier work (its user's reads of ``out``, the last
-    call's flag waits) is done."""
-    with _on(copy):
-        _wait(copy, compute)
-        ctx.device_barrier()
 
 
 def _on(stream):

@@ -13,15 +13,14 @@ all of them. A flag ``[slot, source]`` on each rank's heap carries that, once pe
   (acquire): the work queued after it sees the pieces. Then it sets them back to 0: a flag is consumed by the
   call it was sent to.
 
-Why the reset is safe: a call's opening device barrier (on the copy stream, which first waits for the compute
-stream) comes, in this rank's stream order, after its last call's waits (each call ends by joining its
-streams), and a peer signals only after passing that barrier. So a flag is back to 0 before the next signal
-to it can be stored. A captured CUDA graph replays the same stores
+Why the reset is safe: a call's opening device barrier comes, in this rank's stream order, after its last
+call's waits (each call ends by joining its streams), and a peer signals only after passing that barrier. So
+a flag is back to 0 before the next signal to it can be stored. A captured CUDA graph replays the same stores
 and waits, which is why the flags hold 1 or 0 and no call count (a stream store writes a fixed value).
 
-The opening barrier stays a kernel (on the copy stream: the first GEMM does not wait for it). A stream wait
-(``cuStreamWaitValue32``) on the copy stream in its place, "every peer is done with the last call", took no SM
-but made matmul_reduce_scatter at 8192^3 17% slower and matmul_all_gather at (8192, 28672, 8192) 13-15% slower (2xH100, 2026-11-26, two runs), for a
+The opening barrier stays a kernel: a stream wait (``cuStreamWaitValue32``) on the copy stream in its place,
+"every peer is done with the last call", let the first GEMM start at once but made matmul_reduce_scatter at
+8192^3 17% slower and matmul_all_gather at (8192, 28672, 8192) 13-15% slower (2xH100, 2026-11-26, two runs), for a
 reason not found; the stores alone slowed no op beyond the run-to-run noise.
 
 A call whose queueing stopped half-way (an exception, an interrupted cell) may leave flags set that no wait
