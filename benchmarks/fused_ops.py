@@ -320,6 +320,22 @@ def sweep(ctx, op, shape, case: Case, plans) -> dict:
     return {"op": op, "shape": shape, "timings": rotated_medians(calls)[0]}
 
 
+def cut_label(op: str, m: int, world: int, pieces: int, growth: float) -> str:
+    """The rows of each piece of the block that a rank cuts (its own rows for matmul_all_gather, its row block for
+    matmul_all_reduce, all M rows for the others), as the chunked path cuts them.
+
+    Examples
+    --------
+    >>> cut_label("matmul_all_gather", 8192, 2, 2, 1 / 7)
+    '2 pieces: 3584 + 512 rows'
+    >>> cut_label("all_gather_matmul", 8192, 2, 2, 5.0)
+    '2 pieces: 1280 + 6912 rows'
+    """
+    rows = {"matmul_all_gather": m // world, "matmul_all_reduce": split(slice(None), m, world)[0].stop}.get(op, m)
+    cut = split(slice(None), rows, pieces, growth, align=ALIGN if op == "all_gather_matmul" else 1)
+    return f"{pieces} pieces: {' + '.join(str(piece.stop - piece.start) for piece in cut)} rows"
+
+
 def _plan_label(pieces: int, growth: float) -> str:
     return f"{pieces} x{growth:g}"
 
@@ -416,8 +432,8 @@ def report(rows, world, environment_line) -> str:
         fused = f"{t['torch']:.0f}" if t["torch"] is not None else "-"
         nccl, engines = (row["received"] / t[key] / 1e3 for key in ("C", "push"))  # bytes per µs / 1e3 = GB/s
         eager = f" (eager: {', '.join(row['eager'])})" if row["eager"] else ""
-        growth = f" x{row['growth']:g}" if row.get("growth", 1.0) != 1.0 else ""  # (rows before pieces grew)
-        pieces = f", {row['pieces']} pieces{growth}" if row["path"] == "chunked" else ""
+        pieces = f", {cut_label(row['op'], m, world, row['pieces'], row.get('growth', 1.0))}" if (
+            row["path"] == "chunked") else ""
         lines.append(f"| {row['op']} | {m}, {n}, {k} | {t['G']:.0f} | {t['C']:.0f} | {t['S']:.0f} | {fused} | "
                      f"{t['T']:.0f} | {row['path']}{pieces} | {t['T seq']:.0f} | {t['T'] / t['S']:.2f} | "
                      f"{100 * hidden:.0f}% | {t['GEMM pieces']:.0f} ({100 * t['G'] / t['GEMM pieces']:.0f}%) | "
