@@ -12,11 +12,11 @@ stream while the next piece computes. Every copy between ranks is a peer-to-peer
   before it is needed; the all-reduce then pushes each reduced piece to every peer.
 
 Each function takes the count of pieces and their ``growth`` (:mod:`iris.ops.pieces` cuts them, the same way
-on every rank). A device barrier opens a call (every peer is done with the last call's buffers): on the compute
-stream, before the first GEMM, where the pushing paths have it: on the copy stream, ahead of the first transfer
-or after the first GEMM, matmul_all_gather was 20-110 µs slower (2xH200, benchmarks/RESULTS.md; the cause is
-presumably that the one-program kernel holds an SM beside the GEMM while it waits for its peers). all_gather_matmul's
-runs on its copy stream, where no GEMM runs beside it. Flags, one per
+on every rank). A device barrier opens a call (every peer is done with the last call's buffers). The pushing
+paths run it on the compute stream before their first GEMM. On the copy stream instead (ahead of the first
+transfer, or after the first GEMM), it made matmul_all_gather 20-110 µs slower (2xH200, benchmarks/RESULTS.md).
+Presumably the one-program kernel holds an SM beside the GEMM while it waits for its peers. all_gather_matmul
+runs its barrier on its copy stream, where no GEMM runs beside it. Flags, one per
 piece (:mod:`iris.ops.signals`; on GPUs stored by the stream, taking no SM), tell a rank that a peer's piece has
 landed, just before it needs it. The compute stream then waits for the second stream. Fork and join go through
 ``wait_stream`` and events, so a whole call can be captured in a CUDA graph.
