@@ -120,14 +120,17 @@ def test_a_deep_gemm_pushes_in_two_pieces_whose_last_hides_the_rest():
     hiding = pieces.transfer_hiding("NVIDIA H200", torch.bfloat16, depth=28672, world=2)
     assert 15 < hiding < 17  # a row computes ~16 times longer than it takes to push
     for rows in (1024, 4096, 8192):
-        count, growth = pieces.last_piece_hides_the_rest("matmul_all_gather", rows, hiding)
+        count, growth = pieces.last_piece_hides_the_rest("matmul_all_gather", rows, 8192, hiding)
         assert count == 2 and pieces.sizes(rows, count, growth) == [rows - 512, 512]
-    assert pieces.last_piece_hides_the_rest("matmul_all_reduce", 4096, hiding) == (2, 512 / 3584)
+    assert pieces.last_piece_hides_the_rest("matmul_all_reduce", 4096, 8192, hiding) == (2, 512 / 3584)
     shallow = pieces.transfer_hiding("NVIDIA H200", torch.bfloat16, depth=8192, world=2)
-    assert pieces.last_piece_hides_the_rest("matmul_all_gather", 4096, shallow) is None  # 3584 rows' push outlasts
-    assert pieces.last_piece_hides_the_rest("matmul_all_gather", 2048, shallow) == (2, 512 / 1536)
-    assert pieces.last_piece_hides_the_rest("all_gather_matmul", 4096, 1e6) is None  # its first piece waits instead
-    assert pieces.last_piece_hides_the_rest("matmul_all_gather", 900, 1e6) is None  # too short for 2 x 512
+    # 3584 rows' push outlasts a 512-row GEMM at K = 8192
+    assert pieces.last_piece_hides_the_rest("matmul_all_gather", 4096, 8192, shallow) is None
+    assert pieces.last_piece_hides_the_rest("matmul_all_gather", 2048, 8192, shallow) == (2, 512 / 1536)
+    # all_gather_matmul's first piece waits instead: it keeps its own rule
+    assert pieces.last_piece_hides_the_rest("all_gather_matmul", 4096, 8192, 1e6) is None
+    assert pieces.last_piece_hides_the_rest("matmul_all_gather", 900, 8192, 1e6) is None  # too short for 2 x 512
+    assert pieces.last_piece_hides_the_rest("matmul_all_gather", 4096, 8, 1e6) is None  # too small to pipeline
     assert pieces.transfer_hiding("NVIDIA H200", torch.bfloat16, 28672, world=4) == pytest.approx(hiding / 3)
     assert pieces.transfer_hiding("NVIDIA H200", torch.bfloat16, 28672, world=1) is None
     with warnings.catch_warnings():

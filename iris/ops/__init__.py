@@ -249,7 +249,7 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig, B=None) -> tuple[s
     if config.chunks is None and config.growth is None and ctx.backend == "cuda" and B is not None:
         hiding = pieces.transfer_hiding(torch.cuda.get_device_name(ctx.get_device()), B.dtype, B.shape[0], world,
                                         tf32=torch.backends.cuda.matmul.allow_tf32)
-        count, growth = pieces.last_piece_hides_the_rest(op, rows, hiding) or (count, growth)
+        count, growth = pieces.last_piece_hides_the_rest(op, rows, columns, hiding) or (count, growth)
     if op == "matmul_all_reduce" and config.all_reduce_variant is not None:
         if config.variant == "chunked":
             raise ValueError(f"rank {ctx.cur_rank}: matmul_all_reduce: FusedConfig(variant='chunked', "

@@ -99,21 +99,23 @@ def growth(op: str, rows: int, count: int) -> float:
     return wanted
 
 
-def last_piece_hides_the_rest(op: str, rows: int, hiding: float | None) -> tuple[int, float] | None:
+def last_piece_hides_the_rest(op: str, rows: int, columns: int, hiding: float | None) -> tuple[int, float] | None:
     """``(2, growth)``: two pieces, the last :data:`PIECE_ROWS` rows, for a pushing pipeline (:data:`PUSHING`)
     whose last piece's GEMM outlasts the transfer of every row before it. ``hiding`` is a row's GEMM time over
-    its transfer time (:func:`transfer_hiding`). None where that does not hold, or where ``hiding`` is None.
+    its transfer time (:func:`transfer_hiding`). None where that does not hold, where ``hiding`` is None, or where
+    :func:`count` would not cut ``rows`` x ``columns`` at all (too small a product to be worth a pipeline).
 
     Examples
     --------
-    >>> last_piece_hides_the_rest("matmul_all_gather", 4096, hiding=15.8)
+    >>> last_piece_hides_the_rest("matmul_all_gather", 4096, 8192, hiding=15.8)
     (2, 0.14285714285714285)
     >>> sizes(4096, 2, 1 / 7)
     [3584, 512]
-    >>> last_piece_hides_the_rest("matmul_all_gather", 4096, hiding=4.5) is None   # 3584 rows take longer
+    >>> last_piece_hides_the_rest("matmul_all_gather", 4096, 8192, hiding=4.5) is None   # 3584 rows take longer
     True
     """
-    if op not in PUSHING or hiding is None or rows < 2 * PIECE_ROWS or rows - PIECE_ROWS > hiding * PIECE_ROWS:
+    if op not in PUSHING or hiding is None or count(op, rows, columns) < 2 or rows < 2 * PIECE_ROWS or (
+            rows - PIECE_ROWS > hiding * PIECE_ROWS):
         return None
     return 2, PIECE_ROWS / (rows - PIECE_ROWS)  # sizes() holds the last piece at PIECE_ROWS exactly
 
