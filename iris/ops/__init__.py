@@ -227,8 +227,8 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig, B=None) -> tuple[s
     its own rows for matmul_all_gather) into pieces of at least 512 rows and 4M elements on average, at most 2
     to 4 by op (:func:`iris.ops.pieces.count`), each ``growth`` times the size of the one before
     (:func:`iris.ops.pieces.sizes`; even by default). On a GPU, given the call's ``B`` (its rows are the
-    GEMM's depth), matmul_all_gather and matmul_all_reduce cut 2 pieces, the last of 512 rows, where that last
-    piece's GEMM outlasts the transfer of all the rows before it
+    GEMM's depth), matmul_all_gather and matmul_all_reduce cut 2 pieces instead, the last of 512 rows, where
+    that last piece's GEMM outlasts the transfer of all the rows before it
     (:func:`iris.ops.pieces.last_piece_hides_the_rest`). ``"auto"`` takes the chunked path on GPUs when there
     are at least 2 pieces (something to overlap), else the sequential path; matmul_all_reduce with a named
     ``config.all_reduce_variant`` takes the sequential path, whose all-reduce is :mod:`iris.ccl`'s of that name.

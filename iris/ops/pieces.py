@@ -79,7 +79,7 @@ FIRST_ROWS = 1024
 # The pipelines whose last piece's transfer is what nothing hides (see the module doc).
 PUSHING = ("matmul_all_gather", "matmul_all_reduce")
 # The shares of the spec sheet's figures that a chunked call reaches: the copy engines pushed 376-392 of NVLink's
-# 450 GB/s a direction (2xH100 and 2xH200, benchmarks/RESULTS.md), cuBLAS's bf16 GEMMs at M = 8192 ran at 690-780
+# 450 GB/s a direction (2xH100 and 2xH200, benchmarks/RESULTS.md), cuBLAS's bf16 GEMMs at M = 8192 ran at 685-780
 # of the 989.5 dense TFLOP/s.
 LINK_SHARE, FLOP_SHARE = 0.85, 0.7
 
