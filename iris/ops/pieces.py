@@ -50,7 +50,6 @@ Examples
 from __future__ import annotations
 
 import functools
-import warnings
 
 import torch
 
@@ -142,9 +141,7 @@ def transfer_hiding(device_name: str, dtype, depth: int, world: int, tf32: bool 
 def _transfer_hiding(device_name: str, dtype: str, depth: int, world: int, tf32: bool) -> float | None:
     from ..perf import specs  # (iris.perf does not import iris.ops: no cycle; imported here, for GPUs only)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # an unknown GPU keeps the plain rule: nothing to warn about per call
-        spec = specs.find(device_name)
+    spec = specs.find(device_name, warn=False)  # an unknown GPU keeps the plain rule: nothing to warn about
     key = "tf32" if tf32 and specs.dtype_key(dtype) == "fp32" else dtype
     peak = spec.peak(key) if spec is not None else None
     if peak is None or world < 2:

@@ -130,9 +130,10 @@ SPECS: tuple[tuple[str, GpuSpec], ...] = (
 )
 
 
-def find(device_name: str) -> GpuSpec | None:
+def find(device_name: str, warn: bool = True) -> GpuSpec | None:
     """The spec of the GPU called ``device_name`` (``torch.cuda.get_device_name()``'s string), or None with a
-    warning saying the part is not in the table (so no spec roof is drawn; measured ceilings still are).
+    warning saying the part is not in the table (so no spec roof is drawn; measured ceilings still are), unless
+    ``warn`` is False (a caller with a fallback of its own).
 
     Examples
     --------
@@ -142,6 +143,8 @@ def find(device_name: str) -> GpuSpec | None:
     for pattern, spec in SPECS:
         if re.search(pattern, device_name, re.IGNORECASE):
             return spec
+    if not warn:
+        return None
     known = ", ".join(spec.name for _, spec in SPECS)
     warnings.warn(f"no spec sheet for GPU {device_name!r} (known: {known}): shares of the spec peak are left "
                   "out; the ceilings measured on the spot still give a roofline", stacklevel=2)
