@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.allreduce import host_cost, measure  # noqa: E402
 from benchmarks.results import RESULTS, environment, write_section  # noqa: E402
-from iris.ops.pieces import ALIGN, split  # noqa: E402
+from iris.ops.pieces import ALIGN, cut_rows, split  # noqa: E402
 
 SHAPES = [(m, n, k) for m in (2048, 8192) for n, k in ((8192, 8192), (28672, 8192), (8192, 28672))]
 SMALL_SHAPES = [(256, 512, 512), (1024, 2048, 1024)]
@@ -321,8 +321,8 @@ def sweep(ctx, op, shape, case: Case, plans) -> dict:
 
 
 def cut_label(op: str, m: int, world: int, pieces: int, growth: float) -> str:
-    """The rows of each piece of the block that a rank cuts (its own rows for matmul_all_gather, its row block for
-    matmul_all_reduce, all M rows for the others), as the chunked path cuts them.
+    """The rows of each piece of the block that a rank cuts (:func:`iris.ops.pieces.cut_rows`), as the chunked
+    path cuts them.
 
     Examples
     --------
@@ -331,7 +331,7 @@ def cut_label(op: str, m: int, world: int, pieces: int, growth: float) -> str:
     >>> cut_label("all_gather_matmul", 8192, 2, 2, 5.0)
     '2 pieces: 1280 + 6912 rows'
     """
-    rows = {"matmul_all_gather": m // world, "matmul_all_reduce": split(slice(None), m, world)[0].stop}.get(op, m)
+    rows = cut_rows(op, m, world)
     cut = split(slice(None), rows, pieces, growth, align=ALIGN if op == "all_gather_matmul" else 1)
     return f"{pieces} pieces: {' + '.join(str(piece.stop - piece.start) for piece in cut)} rows"
 

@@ -239,11 +239,7 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig, B=None) -> tuple[s
     ('chunked', 3, 0.6)
     """
     world = ctx.num_ranks
-    rows, columns = out_shape
-    if op == "matmul_all_reduce":
-        rows = -(-rows // world)
-    elif op == "matmul_all_gather":
-        rows //= world
+    rows, columns = pieces.cut_rows(op, out_shape[0], world), out_shape[1]
     count = config.chunks or pieces.count(op, rows, columns)
     growth = config.growth if config.growth is not None else pieces.growth(op, rows, count)
     if config.chunks is None and config.growth is None and ctx.backend == "cuda" and B is not None:

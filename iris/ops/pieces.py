@@ -134,11 +134,11 @@ def transfer_hiding(device_name: str, dtype, depth: int, world: int, tf32: bool 
     >>> round(transfer_hiding("NVIDIA H200", torch.bfloat16, depth=8192, world=2), 1)
     4.5
     """
-    return _transfer_hiding(device_name, str(dtype), depth, world, tf32)
+    return _transfer_hiding(device_name, dtype, depth, world, tf32)
 
 
 @functools.lru_cache(maxsize=64)
-def _transfer_hiding(device_name: str, dtype: str, depth: int, world: int, tf32: bool) -> float | None:
+def _transfer_hiding(device_name: str, dtype: torch.dtype, depth: int, world: int, tf32: bool) -> float | None:
     from ..perf import specs  # (iris.perf does not import iris.ops: no cycle; imported here, for GPUs only)
 
     spec = specs.find(device_name, warn=False)  # an unknown GPU keeps the plain rule: nothing to warn about
@@ -146,10 +146,25 @@ def _transfer_hiding(device_name: str, dtype: str, depth: int, world: int, tf32:
     peak = spec.peak(key) if spec is not None else None
     if peak is None or world < 2:
         return None
-    element = torch.empty((), dtype=getattr(torch, dtype.removeprefix("torch."))).element_size()
     gemm_s = 2 * depth / (FLOP_SHARE * peak * 1e12)  # per column of the row
-    push_s = (world - 1) * element / (LINK_SHARE * spec.peer_gbs * 1e9)
+    push_s = (world - 1) * dtype.itemsize / (LINK_SHARE * spec.peer_gbs * 1e9)
     return gemm_s / push_s
+
+
+def cut_rows(op: str, out_rows: int, world: int) -> int:
+    """The rows a rank cuts into pieces, of an ``out`` of ``out_rows`` rows: its own rows for matmul_all_gather,
+    its row block (the first, the longest) for matmul_all_reduce, all of them for the others.
+
+    Examples
+    --------
+    >>> [cut_rows(op, 8193, 2) for op in ("matmul_all_gather", "matmul_all_reduce", "all_gather_matmul")]
+    [4096, 4097, 8193]
+    """
+    if op == "matmul_all_reduce":
+        return -(-out_rows // world)
+    if op == "matmul_all_gather":
+        return out_rows // world
+    return out_rows
 
 
 def count(op: str, rows: int, columns: int) -> int:
