@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.allreduce import host_cost, measure  # noqa: E402
 from benchmarks.results import RESULTS, environment, write_section  # noqa: E402
-from iris.ops.pieces import ALIGN, cut_rows, split  # noqa: E402
+from iris.ops.pieces import boundary_rows, cut_rows, split  # noqa: E402
 
 SHAPES = [(m, n, k) for m in (2048, 8192) for n, k in ((8192, 8192), (28672, 8192), (8192, 28672))]
 SMALL_SHAPES = [(256, 512, 512), (1024, 2048, 1024)]
@@ -119,7 +119,7 @@ def operands(op, m, n, k, rank, world, ctx, dtype) -> Case:
         dist.all_gather_into_tensor(gathered_t, shard_t)
 
         def pieces(chunks, growth):  # each row piece at full depth, on the gathered A, cut as ours cuts it
-            for piece in split(slice(None), m, chunks, growth, align=ALIGN):
+            for piece in split(slice(None), m, chunks, growth, align=boundary_rows(op)):
                 torch.matmul(gathered_t.t()[piece], B, out=out[piece])
 
         gemm = lambda: torch.matmul(gathered_t.t(), B, out=out)  # noqa: E731
@@ -332,7 +332,7 @@ def cut_label(op: str, m: int, world: int, pieces: int, growth: float) -> str:
     '2 pieces: 1280 + 6912 rows'
     """
     rows = cut_rows(op, m, world)
-    cut = split(slice(None), rows, pieces, growth, align=ALIGN if op == "all_gather_matmul" else 1)
+    cut = split(slice(None), rows, pieces, growth, align=boundary_rows(op))
     return f"{pieces} pieces: {' + '.join(str(piece.stop - piece.start) for piece in cut)} rows"
 
 

@@ -35,7 +35,7 @@ import contextlib
 
 import torch
 
-from .pieces import ALIGN, split
+from .pieces import boundary_rows, split
 from .signals import PieceSignals
 
 
@@ -93,9 +93,7 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
         else:
             ctx.heap.copy_2d(into[piece, mine], A_sharded[piece])
 
-    # Pieces start on whole 128-row tiles: in a column-major A a piece's start is an offset along each row of the
-    # buffer, and cuBLAS took a kernel 3x slower for an A not aligned to 16 bytes (2xH100, 3 even pieces of 8192).
-    rows = split(slice(None), m, chunks, growth, align=ALIGN)
+    rows = split(slice(None), m, chunks, growth, align=boundary_rows("all_gather_matmul"))  # whole 128-row tiles
     peers = [(rank + step) % world for step in range(1, world)]  # each rank starts with another peer
     signals = signals_for(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
