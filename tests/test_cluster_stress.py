@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import threading
 import time
 
+import psutil
 import pytest
 
 from iris.heap.cpu import heap_files_of
 from workbench import Workbench, WorkbenchError, shutdown
+from workbench.cluster import _peek_exit
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_heap_files_left_behind")]
 
@@ -108,3 +112,20 @@ def test_start_fails_at_once_saying_why_when_an_engine_ends(tmp_path, monkeypatc
     assert time.monotonic() - started < start_timeout  # the behaviour asked for: it did not wait for the timeout
     assert "exit code 3" in capsys.readouterr().err  # the stop's report, printed before the error
     assert wb.last_stop.processes_left == [] and wb.cluster_dir is None and not wb.running
+
+
+def test_an_exit_code_is_read_even_as_ipyparallels_thread_reaps_the_engine():
+    # ipyparallel's launcher reaps each engine it started on a thread (psutil.Process.wait); the workbench reads
+    # the same process's exit code meanwhile, to say how an engine ended. Reading it while that thread is between
+    # its waitpid and keeping the code used to answer "exited" (66 of 500 short-lived children, 2026-11-27).
+    for _ in range(300):
+        child = subprocess.Popen(["sh", "-c", "exit 3"])
+        process = psutil.Process(child.pid)
+        reaper = threading.Thread(target=process.wait, kwargs={"timeout": 30})
+        reaper.start()
+        how = None
+        while how is None:
+            how = _peek_exit(process)
+        reaper.join()
+        child.returncode = 3  # reaped by the thread: Popen must not wait for it again
+        assert how == "exit code 3"

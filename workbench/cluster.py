@@ -61,6 +61,8 @@ STOP_SECONDS_UNTIL_KILL = 2
 NANNY_SECONDS = 2.0
 # While a cluster starts, how often its processes are checked for one that ended (the start then fails at once).
 START_CHECK_SECONDS = 0.5
+# How long an engine's exit code may take to reach its psutil.Process after ipyparallel's thread reaped it.
+REAPED_SECONDS = 1.0
 CLUSTER_LOG_RECORDS = 50
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -615,11 +617,27 @@ def _peek_exit(process) -> str | None:
         # and two threads reaping one child race (the loser learns nothing).
         status = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:  # already reaped by the launcher's psutil.Process, which keeps the code
-        return describe_exit(process.wait(0))
+        return describe_exit(_reaped_exit_code(process))
     if status is None:
         return None
     killed = status.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
     return describe_exit(-status.si_status if killed else status.si_status)
+
+
+def _reaped_exit_code(process, wait: float = REAPED_SECONDS) -> int | None:
+    """The exit code that the launcher thread's ``process.wait`` read when it reaped ``process``, None if it is
+    not known after ``wait`` seconds.
+
+    That thread keeps the code in the ``psutil.Process`` just after its ``waitpid`` returns; a ``wait(0)`` from
+    here in between finds no child and answers None (seen in CI: an engine's ``exit code 3`` reported as
+    ``exited``). So a None is asked again until the thread has kept the code.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        code = process.wait(0)
+        if code is not None or time.monotonic() >= deadline:
+            return code
+        time.sleep(0.01)
 
 
 def _processes_naming(folder: str | None) -> set[int]:
