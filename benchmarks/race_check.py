@@ -28,8 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402  (before the kernels: switches Triton to its interpreter)
 from benchmarks.results import environment, write_section  # noqa: E402
 from iris.ccl import Config  # noqa: E402
-from iris.gluon import IrisDeviceCtx  # noqa: E402
 from iris.interpret import access_events  # noqa: E402
+from iris.language.gluon import IrisDeviceCtx  # noqa: E402
 from tests import race_kernels as k  # noqa: E402
 
 HEAP = "16MiB"

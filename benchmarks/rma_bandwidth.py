@@ -28,7 +28,7 @@ from triton.experimental.gluon import language as gl
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.results import environment, write_section  # noqa: E402
-from iris.gluon import IrisDeviceCtx  # noqa: E402
+from iris.language.gluon import IrisDeviceCtx  # noqa: E402
 
 NVLINK_GBPS = 450.0  # H200 NVLink 4, per direction
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30]

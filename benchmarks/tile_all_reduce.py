@@ -10,7 +10,7 @@ Run with one rank per GPU::
 Each rank holds ``A (M, K / world)`` and ``B (K / world, N)`` (K split, as matmul_all_reduce's users hold it) and
 every rank ends with ``out = sum over ranks of A @ B``. Ours is one persistent Triton kernel (:func:`gemm_all_reduce`):
 each program computes tiles with ``tl.dot`` and hands each finished tile to a tile-level collective of
-``iris.DeviceContext`` (:mod:`iris.tile_collectives`):
+``iris.DeviceContext`` (:mod:`iris.language.tile_collectives`):
 
 * **one_shot**: the tile (bf16) is published into a staging buffer with a flag; the collective waits for each
   peer's flag of the same tile, reads its tile and writes the sum; ``out`` is this rank's on return;

@@ -37,8 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.results import environment, write_section  # noqa: E402
 from iris import TraceEvent  # noqa: E402
-from iris.sizes import format_size  # noqa: E402
-from iris.tracing.timeline import format_time  # noqa: E402
+from iris.base.sizes import format_size  # noqa: E402
+from iris.instruments.tracing.timeline import format_time  # noqa: E402
 
 CALLS, REPEATS = 10, 21
 MODES = ("compiled out", "compiled in, not enabled", "on")

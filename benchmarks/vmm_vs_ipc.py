@@ -9,7 +9,7 @@ per heap): remote memory access bandwidth, every rank reading (get) or writing (
 other rank's heap with a plain Triton kernel through ``iris.load`` / ``iris.store``, both ranks at once; and
 ``ctx.ccl.all_reduce(out, inp)`` latency, small and large. Everything is timed as CUDA-graph replays
 (:func:`iris.perf.replay_time`), slowest rank. The table goes to benchmarks/RESULTS.md, with whether the VMM
-heap is within 3% of the IPC heap everywhere (what decides ``iris.backend.CUDA_DEFAULT``).
+heap is within 3% of the IPC heap everywhere (what decides ``iris.runtime.heap_choice.CUDA_DEFAULT``).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ Examples
 """
 
 from . import interpret as _interpret
-from . import versions as _versions
-from .backend import choose_backend as _choose_backend
+from .base import versions as _versions
+from .base.backend import choose_backend as _choose_backend
 
 _versions.check_versions()  # silent on supported releases; names the supported range otherwise
 
@@ -30,13 +30,18 @@ def _activate_interpreter_if_cpu() -> None:
 
 _activate_interpreter_if_cpu()
 
-# bench: upstream Iris's benchmark API; perf: timing against the GPU's roofs; traffic: bytes per rank and heap
-from . import bench, ccl, experimental, hip, ops, perf, tensor_creation, traffic, upstream_layout  # noqa: E402
-from . import launch_options as _launch_options  # noqa: E402
-from . import warp_width as _warp_width  # noqa: E402
-from .checking import Race, RaceWarning  # noqa: E402
-from .context import GluonContext, Iris, TritonContext, iris  # noqa: E402
-from .device import (  # noqa: E402
+# The layers, bottom up (docs/architecture.md): base, heap, interpret, language (the device API), instruments,
+# ccl and ops (the library), runtime (the host API), bench and perf; upstream's names live in one room, upstream.
+from . import bench, ccl, instruments, language, ops, perf, runtime, upstream  # noqa: E402
+from .base import launch_options as _launch_options  # noqa: E402
+from .base.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # noqa: E402
+from .heap import AllocationDivergence  # noqa: E402
+from .instruments import checking, tracing, traffic  # noqa: E402  (iris.traffic... as the lessons spell them)
+from .instruments.checking import Race, RaceWarning  # noqa: E402
+from .instruments.tracing import TraceEvent  # noqa: E402
+from .language import flags, tiles  # noqa: E402
+from .language import warp_width as _warp_width  # noqa: E402
+from .language.core import (  # noqa: E402
     Context,
     DeviceContext,
     IrisDebugError,
@@ -55,14 +60,13 @@ from .device import (  # noqa: E402
     put,
     store,
 )
-from .heap import AllocationDivergence  # noqa: E402
-from .hip import get_device_id_for_rank  # noqa: E402
-from .logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # noqa: E402
-from .tiles import AllReduceConfig, TensorView, Tile, TileView, make_tensor_view  # noqa: E402
-from .timing import do_bench  # noqa: E402
-from .tracing import TraceEvent  # noqa: E402
+from .language.tiles import AllReduceConfig, TensorView, Tile, TileView, make_tensor_view  # noqa: E402
+from .runtime.context import GluonContext, Iris, TritonContext, iris  # noqa: E402
+from .runtime.timing import do_bench  # noqa: E402
 
-upstream_layout.install()  # upstream's module paths (iris.host.iris, iris.device.utils, ...) as our modules
+upstream.install()  # upstream's module paths (iris.hip, iris.gluon, iris.host.iris, iris.device.utils, ...)
+from .upstream.hip import get_device_id_for_rank  # noqa: E402
+
 _launch_options.install()  # AMD-only launch options (waves_per_eu, ...) dropped with a warning (GPU launches;
 #                             the interpreter's: iris.interpret.activate)
 _warp_width.install()  # Gluon layouts for AMD's 64-wide warps compiled for NVIDIA's 32-wide ones
@@ -70,11 +74,13 @@ _warp_width.install()  # Gluon layouts for AMD's 64-wide warps compiled for NVID
 __all__ = [
     "DEBUG", "ERROR", "INFO", "WARNING", "AllocationDivergence", "Iris", "ccl", "iris", "logger", "ops",
     "set_logger_level", "tensor_creation", "TraceEvent", "Race", "RaceWarning", "do_bench", "hip", "experimental",
-    "get_device_id_for_rank", "bench", "traffic", "perf",
-    # device API (iris.device); the Gluon context is iris.gluon.IrisDeviceCtx; upstream's names for the two
+    "get_device_id_for_rank", "bench", "traffic", "perf", "checking", "tracing", "flags", "tiles",
+    # the layers of our own (docs/architecture.md); upstream's paths are installed by iris.upstream
+    "instruments", "language", "runtime",
+    # device API (iris.language.core); the Gluon context is iris.gluon.IrisDeviceCtx; upstream's names for the two
     "GluonContext", "TritonContext",
     "Context", "DeviceContext", "IrisDebugError", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min",
     "atomic_or", "atomic_sub", "atomic_xchg", "atomic_xor", "copy", "get", "load", "put", "store",
-    # where tiles live, for the tile-level collectives of DeviceContext (iris.tiles, iris.tile_collectives)
+    # where tiles live, for the tile-level collectives of DeviceContext (iris.language.tiles, .tile_collectives)
     "Tile", "TileView", "TensorView", "AllReduceConfig", "make_tensor_view",
 ]

@@ -31,12 +31,12 @@ import random
 import torch
 import triton
 import triton.language as tl
+from iris.device import UnsupportedAtomicError, atomic_element_types
+from iris.gluon import IrisDeviceCtx
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris
-from iris.device import UnsupportedAtomicError, atomic_element_types
-from iris.gluon import IrisDeviceCtx
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
 N = 32  # elements of each per-case buffer

@@ -10,7 +10,7 @@ import triton
 import triton.language as tl
 
 from iris import DeviceContext
-from iris.flags import arrive, rank_lanes, signal, wait
+from iris.language.flags import arrive, rank_lanes, signal, wait
 
 
 @triton.jit

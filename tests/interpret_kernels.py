@@ -11,14 +11,13 @@ iris.interpret.activate()
 import triton  # noqa: E402
 import triton.language  # noqa: E402
 import triton.language as tl  # noqa: E402
+from iris.gluon import cta_barrier  # noqa: E402
 from triton import language  # noqa: E402
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia import hopper  # noqa: E402
 from triton.language import constexpr  # noqa: E402
 from triton.language.core import _aggregate as aggregate  # noqa: E402
-
-from iris.gluon import cta_barrier  # noqa: E402
 
 BLOCKED_1D = gl.BlockedLayout(size_per_thread=[1], threads_per_warp=[32], warps_per_cta=[4], order=[0])
 

@@ -4,7 +4,7 @@ tests/gpu/rank_cases_device_cuda.py.
 
 * ``amd_layout_load``, ``amd_layout_copy``: upstream Iris's Gluon examples' ``gl.BlockedLayout([1], [64],
   [num_warps], [0])`` (64-wide warps); the interpreter ignores layouts, and for an NVIDIA GPU (32-wide warps)
-  :mod:`iris.warp_width` re-expresses them with ``[32]`` threads per warp.
+  :mod:`iris.language.warp_width` re-expresses them with ``[32]`` threads per warp.
 * ``narrow_layout_copy``: ``gl.BlockedLayout([1], [16], [1], [0])``, which fits no warp width and cannot be
   re-expressed: an NVIDIA GPU refuses it and :func:`iris.gluon.layout_hints` explains.
 * ``volatile_load_*``: ``volatile=True`` with the cache modifier ``CM``, through each iris API (which refuses
@@ -14,11 +14,11 @@ tests/gpu/rank_cases_device_cuda.py.
 
 import triton
 import triton.language as tl
+from iris.device import VolatileCacheModifierError
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris  # before any kernel is defined: without a GPU it turns on the interpreter
-from iris.device import VolatileCacheModifierError
 
 BLOCK = 16
 

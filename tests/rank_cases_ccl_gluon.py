@@ -9,11 +9,11 @@ rank (the test shows its log). Backend: env ``IRIS_TEST_BACKEND`` ("cpu" by defa
 
 from __future__ import annotations
 
+import iris.iris_gluon
 import torch
 import torch.distributed as dist
 
 import iris
-import iris.iris_gluon
 from iris.ccl import Config
 
 from .rank_cases_ccl import BACKEND, _check_equal, _ctx, _raises

@@ -18,12 +18,12 @@ import warnings
 import torch
 import triton
 import triton.language as tl
+from iris.device import VolatileCacheModifierWarning
+from iris.gluon import IrisDeviceCtx, cta_barrier
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris
-from iris.device import VolatileCacheModifierWarning
-from iris.gluon import IrisDeviceCtx, cta_barrier
 from tests import portability_kernels as portability
 from tests.gluon_auto_layout_kernels import every_method
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 import logging
 import os
 
+import iris.experimental.iris_gluon
+import iris.iris_gluon as iris_gl
 import numpy as np
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-
-import iris.experimental.iris_gluon
-import iris.iris_gluon as iris_gl
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
 BLOCK = 64

@@ -10,10 +10,10 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from iris.device import HEAP_SIZE_SLOT
 
 import iris
 from iris import tensor_creation
-from iris.device import HEAP_SIZE_SLOT
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")  # tests/gpu runs these same cases with "cuda"
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 
-from iris.distributed import HostGroup
-from iris.heap.fd_exchange import share_fds
+from iris.heap.cuda.ipc.fd_exchange import share_fds
+
+from iris.base.distributed import HostGroup
 
 
 def _open_fds() -> set[str]:

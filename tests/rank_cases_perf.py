@@ -94,7 +94,7 @@ def ceilings_on_gpu() -> dict:
     first = iris.perf.ceilings.measure(ctx)
     cached = iris.perf.ceilings.measure(ctx) is first
     fresh = iris.perf.ceilings.measure(ctx, again=True) is not first
-    spec = iris.perf.specs.find(torch.cuda.get_device_name(ctx.get_device()))
+    spec = iris.base.gpu_specs.find(torch.cuda.get_device_name(ctx.get_device()))
     ctx.barrier()
     return {"matmul_tflops": first.matmul_tflops, "copy_gbs": first.copy_gbs, "peer_gbs": first.peer_gbs,
             "links": sorted(first.links), "peer_bytes": first.peer_bytes, "cached": cached, "fresh": fresh,

@@ -1,5 +1,5 @@
 """Code that runs inside each rank for tests/test_tile_collectives.py and tests/gpu/test_tile_collectives_cuda.py:
-every tile-level collective of ``iris.DeviceContext`` (iris.tile_collectives) against torch.
+every tile-level collective of ``iris.DeviceContext`` (iris.language.tile_collectives) against torch.
 
 Kernels are written as upstream Iris's tests write theirs: a loop over tiles (fewer programs than tiles, so a
 program serves several), each tile loaded, wrapped in ``iris.Tile`` and handed to the collective with
@@ -22,11 +22,11 @@ import tempfile
 import torch
 import triton
 import triton.language as tl
+from iris.device import IrisDebugError
 
 import iris
-from iris.device import IrisDebugError
 from iris.interpret.errors import first_cause
-from iris.tile_collectives import TileCollectiveError
+from iris.language.tile_collectives import TileCollectiveError
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
 ALL_REDUCE = ("atomic", "spinlock", "one_shot", "two_shot", "ring")

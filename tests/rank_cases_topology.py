@@ -1,6 +1,6 @@
 """Code that runs inside each rank for tests/test_topology.py (one process per rank, torchrun environment).
 
-Hosts are simulated on this machine with ``IRIS_HOST`` (iris.topology.this_host), which the test sets per rank
+Hosts are simulated on this machine with ``IRIS_HOST`` (iris.heap.topology.this_host), which the test sets per rank
 (tests/multirank.py's ``rank_env``).
 """
 
@@ -22,10 +22,10 @@ def topology_of_context():
 
 
 def discovered_topology():
-    """``iris.topology.discover`` over the host group alone (no heap), as this rank sees it; rank 0 prints the
+    """``iris.heap.topology.discover`` over the host group alone (no heap), as this rank sees it; rank 0 prints the
     summary."""
-    from iris.distributed import HostGroup
-    from iris.topology import discover
+    from iris.base.distributed import HostGroup
+    from iris.heap.topology import discover
 
     group = HostGroup.from_environment()
     topo = discover(group, BACKEND)

@@ -16,12 +16,12 @@ import time
 import torch
 import triton
 import triton.language as tl
+from iris.gluon import IrisDeviceCtx
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris
 from iris import TraceEvent
-from iris.gluon import IrisDeviceCtx
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
 BLOCK, VALID = 16, 13  # lanes VALID.. are masked off

@@ -193,7 +193,7 @@ def _allocator_choice():
 def _logging(ctx):
     capture = io.StringIO()
     handler = logging.StreamHandler(capture)
-    handler.setFormatter(iris.logging.IrisFormatter())
+    handler.setFormatter(iris.base.logging.IrisFormatter())
     iris.logger.addHandler(handler)
     try:
         iris.set_logger_level(iris.INFO)

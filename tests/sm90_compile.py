@@ -19,13 +19,13 @@ import warnings
 from pathlib import Path
 
 import triton
+from iris.gluon import IrisDeviceCtx, layout_hints
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.compiler.errors import CompilationError
 from triton.experimental.gluon._runtime import GluonASTSource
 
-from iris.gluon import IrisDeviceCtx, layout_hints
-from iris.warp_width import WarpWidthNote
+from iris.language.warp_width import WarpWidthNote
 from tests import gluon_auto_layout_kernels as kernels
 from tests import portability_kernels as portability
 from tests.rank_cases_device import read_from_peer
@@ -66,7 +66,7 @@ def advice(fn, signature: dict, constexprs: dict, num_warps: int = 4) -> dict:
 
 def warp_width() -> dict:
     """Gluon layouts for 64-wide warps compiled for sm_90 (32-wide): their ``#blocked`` layouts and the
-    :class:`iris.warp_width.WarpWidthNote` messages of the whole process (one, though two kernels are
+    :class:`iris.language.warp_width.WarpWidthNote` messages of the whole process (one, though two kernels are
     re-expressed) and the files they point at (the caller of the compile); and the advice for a layout that
     fits no warp width (16 threads), which stays refused; whether iris salted the Gluon cache key."""
     copy_signature = {"src": "*fp32", "out": "*fp32", "BLOCK": "constexpr"}

@@ -11,12 +11,12 @@ import inspect
 import os
 import re
 
-import pytest
-
-import iris
 import iris.experimental.iris_gluon
 import iris.gluon
 import iris.iris_gluon
+import pytest
+
+import iris
 
 from .multirank import run_ranks
 

@@ -21,9 +21,9 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from iris.device import UnsupportedAtomicError, atomic_element_types
 
 import iris
-from iris.device import UnsupportedAtomicError, atomic_element_types
 
 from . import diff_device_cases as cases
 from .multirank import ROOT, run_ranks

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import inspect
 
-import pytest
-
-import iris
 import iris.experimental.iris_gluon
 import iris.gluon
 import iris.iris_gluon
+import pytest
+
+import iris
 
 from .multirank import run_ranks
 

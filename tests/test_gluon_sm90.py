@@ -12,7 +12,6 @@ import sys
 import tempfile
 
 import pytest
-
 from iris.device import VOLATILE_WITH_CACHE_MODIFIER
 
 from .multirank import ROOT
@@ -58,7 +57,7 @@ def test_amd_warp_width_compiles_for_32_wide_warps_and_what_fits_no_warp_gets_ad
     assert "written for 64-wide warps (AMD); compiled with threads_per_warp=[32]" in widths["notes"][0]
     assert widths["note_sites"] == ["sm90_compile.py"]  # the compile's caller, not iris, Triton or ast.py
     assert widths["cache_key_salted"]  # Triton's cache never mixes compiles made with iris and without
-    # 16 threads per warp fits neither width: Triton refuses it, and iris.hints names the line and the fix
+    # 16 threads per warp fits neither width: Triton refuses it, and iris.language.hints names the line and the fix
     hint = widths["narrow_layout_copy"]
     assert hint["compiler"] == "error encountered during parsing"  # all Triton raises; MLIR's reason is on fd 2
     where, advice = hint["advice"].split(": ", 1)

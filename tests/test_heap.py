@@ -11,9 +11,9 @@ import time
 
 import pytest
 
+from iris.base.sizes import format_size, parse_size
 from iris.heap import Allocator, OutOfHeap
 from iris.heap.cpu import PREFIX, SHM_DIR, remove_stale_heap_files
-from iris.sizes import format_size, parse_size
 
 from .multirank import ROOT, our_heap_files, run_ranks, start_ranks, stop
 

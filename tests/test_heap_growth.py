@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from iris.backend import choose_allocator
 from iris.heap import Allocator, OutOfHeap
+from iris.runtime.heap_choice import choose_allocator
 from tests.multirank import run_ranks
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import workbench
 from iris.heap.reach import fault_note
-from iris.topology import GPUInfo, RankRecord, TopologyMap
+from iris.heap.topology import GPUInfo, RankRecord, TopologyMap
 from workbench.cluster import Workbench, local_ranks, simulated_hosts
 from workbench.magics import _hosts
 
@@ -109,7 +109,7 @@ def test_a_gpu_fault_in_a_world_of_several_hosts_gets_a_note_naming_the_ranks():
 def test_a_rank_uses_the_gpu_of_its_index_on_its_host(monkeypatch):
     import torch
 
-    from iris.backend import gpu_for_rank
+    from iris.base.backend import gpu_for_rank
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)  # a host of 4 GPUs (torch's answer, not ours)
     monkeypatch.setenv("RANK", "5")

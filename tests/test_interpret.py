@@ -58,10 +58,10 @@ def test_patches_are_installed_once():
     from triton.runtime.interpreter import GridExecutor, InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    from iris import launch_options
+    from iris.base import launch_options
+    from iris.base.patching import INSTALLED_MARK
     from iris.interpret import aggregate, constexpr, device_calls, gluon, guard, scalar_index
     from iris.interpret import launch_options as interpreted_launch_options
-    from iris.interpret.patching import INSTALLED_MARK
 
     entries = (JITFunction.run, JITFunction.__call__, GridExecutor.__init__, GridExecutor.__call__,
                InterpretedFunction.run)
@@ -70,7 +70,7 @@ def test_patches_are_installed_once():
         module.install()
     assert (JITFunction.run, JITFunction.__call__, GridExecutor.__init__, GridExecutor.__call__,
             InterpretedFunction.run) == entries
-    assert "iris.launch_options.dropping_amd_only" in getattr(InterpretedFunction.run, INSTALLED_MARK)
+    assert "iris.base.launch_options.dropping_amd_only" in getattr(InterpretedFunction.run, INSTALLED_MARK)
     interpreted_wrappers, run = 0, InterpretedFunction.run
     while hasattr(run, "__wrapped__"):
         interpreted_wrappers, run = interpreted_wrappers + 1, run.__wrapped__
@@ -84,7 +84,7 @@ def test_patches_are_installed_once():
     assert not hasattr(run, INSTALLED_MARK) and run.__module__ == "triton.runtime.jit"
     adapters = getattr(JITFunction.run, INSTALLED_MARK)
     assert len(wrappers) == len(adapters) >= 2, (wrappers, adapters)
-    assert "iris.launch_options.dropping_amd_only" in adapters
+    assert "iris.base.launch_options.dropping_amd_only" in adapters
 
 
 # ---------------------------------------------------------------- Gluon kernels

@@ -17,8 +17,8 @@ from triton.language.semantic import TritonSemantic
 from triton.runtime.interpreter import InterpreterBuilder
 
 import iris
+from iris.base.patching import INSTALLED_MARK
 from iris.interpret import UnsupportedOnInterpreter, bf16
-from iris.interpret.patching import INSTALLED_MARK
 
 from . import bf16_kernels as k
 from .multirank import run_ranks

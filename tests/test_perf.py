@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from iris.perf import Roof, as_benchmark, roofline, specs
+from iris.base import gpu_specs as specs
+from iris.perf import Roof, as_benchmark, roofline
 
 from .multirank import run_ranks
 

@@ -16,9 +16,9 @@ import triton
 import triton.language as tl
 
 import iris
-from iris.checking import choose_check, races_html_table, races_text_table
-from iris.checking.races import Access, Race
 from iris.heap.cpu import SHM_DIR, heap_file_name, remove_stale_heap_files
+from iris.instruments.checking import choose_check, races_html_table, races_text_table
+from iris.instruments.checking.races import Access, Race
 from iris.interpret import access_events
 
 from .multirank import run_ranks

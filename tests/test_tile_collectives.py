@@ -1,4 +1,5 @@
-"""The tile-level collectives of ``iris.DeviceContext`` (iris.tile_collectives, over iris.tiles) on the CPU backend.
+"""The tile-level collectives of ``iris.DeviceContext`` (iris.language.tile_collectives, over iris.tiles) on the CPU
+backend.
 
 Every collective against torch on 2 real ranks, the reductions and all_to_all on 3 ranks with the race checker on
 (no race may be reported on a correct use), bad input refused with a message naming the call and the rank, and
@@ -20,7 +21,7 @@ import tempfile
 import pytest
 
 import iris
-import iris.tiles
+import iris.language.tiles
 
 from .multirank import ROOT, run_ranks
 

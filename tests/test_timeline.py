@@ -14,7 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import workbench
-from iris.tracing.timeline import Timeline
+from iris.instruments.tracing.timeline import Timeline
 from workbench.report import RankError
 from workbench.widgets.timeline import TimelineView, timeline_svg
 

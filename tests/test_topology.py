@@ -1,11 +1,12 @@
-"""The topology map (iris.topology): hand-made records answering every question, discovery on real CPU ranks
+"""The topology map (iris.heap.topology): hand-made records answering every question, discovery on real CPU ranks
 simulating two hosts (IRIS_HOST), and the workbench's view of it."""
 
 from __future__ import annotations
 
 import pytest
+from iris.heap.cuda.ipc.topology import normalize_pci_bus_id
 
-from iris.topology import (
+from iris.heap.topology import (
     FabricInfo,
     GPUInfo,
     InterconnectLevel,
@@ -15,7 +16,6 @@ from iris.topology import (
     TopologyMap,
     this_host,
 )
-from iris.topology.nvidia import normalize_pci_bus_id
 
 from .multirank import run_ranks
 

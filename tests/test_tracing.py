@@ -13,8 +13,8 @@ import json
 import pytest
 
 import iris
-from iris.tracing import EVENT_NAMES
-from iris.tracing.events import BUFFERS, TRACING_SLOTS
+from iris.instruments.tracing import EVENT_NAMES
+from iris.language.trace_events import BUFFERS, TRACING_SLOTS
 
 from .multirank import run_ranks
 

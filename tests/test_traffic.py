@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import iris
-from iris.traffic import TrafficMatrix, minimum
+from iris.instruments.traffic import TrafficMatrix, minimum
 
 from .multirank import ROOT, run_ranks
 from .rank_cases_traffic import BLOCK, GRID, VALID

@@ -14,7 +14,7 @@ import torch
 
 import iris
 from iris import tensor_creation
-from iris.backend import choose_allocator
+from iris.runtime.heap_choice import choose_allocator
 
 from .multirank import run_ranks
 
@@ -26,10 +26,10 @@ pytestmark = pytest.mark.usefixtures("no_heap_files_left_behind")
 # -- single-process units ------------------------------------------------------------------------
 
 def test_upstreams_names_for_the_device_contexts():
-    import iris.context
+    import iris.runtime.context
 
-    assert iris.TritonContext is iris.context.TritonContext is iris.DeviceContext
-    assert iris.context.GluonContext is iris.gluon.IrisDeviceCtx
+    assert iris.TritonContext is iris.runtime.context.TritonContext is iris.DeviceContext
+    assert iris.runtime.context.GluonContext is iris.gluon.IrisDeviceCtx
     assert iris.TraceEvent is iris.tracing.TraceEvent
 
 
@@ -81,10 +81,10 @@ def test_allocator_type_torch_or_a_clear_refusal(monkeypatch):
 
 
 def test_logging_names_and_format():
-    assert iris.logging.logger is iris.logger and iris.logger.name == "iris"
+    assert iris.base.logging.logger is iris.logger and iris.logger.name == "iris"
     assert (iris.DEBUG, iris.INFO, iris.WARNING, iris.ERROR) == (10, 20, 30, 40)
     assert isinstance(iris.logger.handlers[0], logging.StreamHandler)
-    formatter = iris.logging.IrisFormatter()
+    formatter = iris.base.logging.IrisFormatter()
     record = logging.LogRecord("iris", logging.INFO, "", 0, "no rank", (), None)
     assert formatter.format(record) == "[Iris] [?/?] no rank"  # upstream's mark of an unknown rank
     record.iris_rank, record.iris_num_ranks = 2, 4

@@ -25,13 +25,14 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from iris.tensor_creation import CudaOnCpuHeapNote
 
 import iris
-from iris import launch_options, upstream_layout, warning_site
-from iris.device_utils import get_cu_id, get_xcc_id, read_realtime
-from iris.launch_options import AMDOnlyOptionWarning, amd_only_options, drop_amd_only
-from iris.tensor_creation import CudaOnCpuHeapNote
-from iris.warp_width import halved_threads_per_warp
+from iris import upstream as upstream_layout
+from iris.base import launch_options, warning_site
+from iris.base.launch_options import AMDOnlyOptionWarning, amd_only_options, drop_amd_only
+from iris.language.warp_width import halved_threads_per_warp
+from iris.upstream.device_utils import get_cu_id, get_xcc_id, read_realtime
 
 from .multirank import ROOT, run_ranks
 
@@ -242,7 +243,7 @@ def test_upstream_folders_are_empty_namespaces_and_install_is_idempotent():
 
     for folder in (iris.host, iris.host.platform, iris.mem, iris.mem.triton):
         assert isinstance(folder, types.ModuleType) and folder.__path__ == []
-    assert iris.device.utils is iris.device_utils
+    assert iris.device.utils is iris.upstream.device_utils
     with pytest.raises(ModuleNotFoundError, match="iris.host.no_such_module"):
         importlib.import_module("iris.host.no_such_module")
     before = {path: sys.modules[path] for path in upstream_layout.UPSTREAM_MODULES}
@@ -260,8 +261,8 @@ def test_upstream_paths_import_first_in_a_fresh_process(tmp_path):
         from iris.device.utils import read_realtime
         import iris
         import iris.host.iris
-        print(json.dumps({"event": TraceEvent is iris.TraceEvent, "context": iris.host.iris is iris.context,
-                          "clock": read_realtime is iris.device_utils.read_realtime}))
+        print(json.dumps({"event": TraceEvent is iris.TraceEvent, "context": iris.host.iris is iris.runtime.context,
+                          "clock": read_realtime is iris.upstream.device_utils.read_realtime}))
     """, tmp_path)
     assert result == {"event": True, "context": True, "clock": True}
 
@@ -321,7 +322,7 @@ def test_do_bench_return_modes_and_quantiles():
     low, high = iris.do_bench(lambda: None, n_warmup=0, n_repeat=5, quantiles=[0.0, 1.0])
     assert 0 <= low <= high
     assert isinstance(iris.do_bench(lambda: None, n_warmup=0, n_repeat=3, quantiles=[0.5]), float)
-    from iris.timing import _quantiles  # linear interpolation, as torch.quantile
+    from iris.runtime.timing import _quantiles  # linear interpolation, as torch.quantile
 
     assert _quantiles([4.0, 1.0, 3.0, 2.0], [0.0, 0.5, 1.0, 0.25]) == [1.0, 2.5, 4.0, 1.75]
     assert _quantiles([7.0], [0.9]) == 7.0
@@ -476,7 +477,7 @@ LAUNCH_SCRIPT = """
     import torch
 
     import iris
-    from iris.launch_options import AMDOnlyOptionWarning
+    from iris.base.launch_options import AMDOnlyOptionWarning
     from tests.launch_option_kernels import packed, scale
 
     src = torch.arange(16, dtype=torch.float32)
@@ -586,7 +587,7 @@ def test_cuda_device_on_a_cpu_heap_gives_the_heap_tensor_with_one_note(monkeypat
     ([2, 2, 16], [2, 1, 0], 32, [2, 2, 8]),
     ([128], [0], 64, [64]),
     ([32], [0], 32, None),  # already fits
-    ([16], [0], 32, None),  # fits no width: left to Triton (and iris.hints' advice)
+    ([16], [0], 32, None),  # fits no width: left to Triton (and iris.language.hints' advice)
     ([4, 8], [1, 0], 32, None),
 ])
 def test_halved_threads_per_warp(threads, order, warp, halved):

@@ -1,12 +1,12 @@
-"""iris.versions: the supported range of triton, numpy and torch, and what `import iris` says about it."""
+"""iris.base.versions: the supported range of triton, numpy and torch, and what `import iris` says about it."""
 
 import subprocess
 import sys
 
 import pytest
 
-from iris import versions
-from iris.versions import SUPPORTED, UnsupportedVersionWarning
+from iris.base import versions
+from iris.base.versions import SUPPORTED, UnsupportedVersionWarning
 
 from .multirank import ROOT
 

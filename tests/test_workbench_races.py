@@ -76,8 +76,8 @@ def shell():
     ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "workbench")
     yield ip
-    if workbench._current is not None and workbench._current.running:
-        workbench._current.stop()
+    if workbench.session._current is not None and workbench.session._current.running:
+        workbench.session._current.stop()
 
 
 def test_checked_cluster_shows_a_relaxed_flag_race_named_after_variables(shell, displayed):

@@ -55,8 +55,7 @@ def bench(candidates, flops=None, bytes=None, peer_bytes=None, *, timeout: float
     """
     import torch
 
-    import workbench
-
+    from .session import current
     from .widgets.roofline_view import BenchView
 
     expressions = _expressions(candidates)
@@ -74,7 +73,7 @@ def bench(candidates, flops=None, bytes=None, peer_bytes=None, *, timeout: float
     if runner not in RUNNERS or runner == "iris.bench" and {"graph", "preamble"} & set(options):
         raise TypeError(f"workbench.bench: runner={runner!r}: use one of {list(RUNNERS)} (graph= and preamble= go "
                         "with 'compare' only)")
-    wb = workbench.current()
+    wb = current()
     work = ", ".join(repr(_literal(value)) for value in (flops, bytes, peer_bytes))
     call = (f"from workbench.bench_view import measure_on_rank as _iris_measure_on_rank\n"
             f"{REPORT_NAME} = _iris_measure_on_rank({expressions!r}, {work}, {_literal(options)!r})\n")

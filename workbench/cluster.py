@@ -40,8 +40,8 @@ from pathlib import Path
 
 import psutil
 
+from iris.base.sizes import format_size, parse_size
 from iris.heap.cpu import heap_files_of, process_alive, remove_stale_heap_files
-from iris.sizes import format_size, parse_size
 
 from . import engine, execution, hang_report, shutdown, whereabouts
 from .progress import StartProgress
@@ -77,7 +77,7 @@ class Workbench:
     backend : {"auto", "cpu", "cuda"}
         Heap backend of every rank; "auto" picks cuda when the engines see a GPU.
     heap_size : int or str
-        Symmetric heap per rank, e.g. ``"64MiB"`` (parsed by :func:`iris.sizes.parse_size`).
+        Symmetric heap per rank, e.g. ``"64MiB"`` (parsed by :func:`iris.base.sizes.parse_size`).
     engines : str
         ipyparallel engine launcher: ``"local"`` (default), ``"mpi"``, ``"slurm"``... or a class path.
     timeout : float
@@ -92,7 +92,7 @@ class Workbench:
     hosts : int or list of str, optional
         For tests and teaching, a simulation: the local ranks behave as if on this many hosts (or on hosts of
         these names), in blocks of consecutive ranks (:func:`simulated_hosts`); each rank gets ``IRIS_HOST``
-        (:func:`iris.topology.this_host`), so heaps are mapped only within a host, kernels that address another
+        (:func:`iris.heap.topology.this_host`), so heaps are mapped only within a host, kernels that address another
         host's rank get a clear error and ``ctx.ccl`` crosses hosts over torch.distributed. Real hosts come
         from ipyparallel's launchers (``engines="mpi"``, ``"slurm"``, ``"ssh"``), which need no such option.
 

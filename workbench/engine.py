@@ -68,7 +68,7 @@ def prepare(backend: str, notebook: dict | None = None) -> dict:
     import torch  # noqa: F401
 
     import iris  # noqa: F401  (decides interpreter or GPU before any kernel exists)
-    import iris.gluon  # noqa: F401
+    import iris.language.gluon  # noqa: F401
 
     # Keep the collector away from the import-time objects (none is garbage): IPython's shutdown
     # collects several times, which with torch and triton loaded made every engine take > 1 s to stop.
@@ -83,7 +83,7 @@ def setup(rank: int, world_size: int, master_addr: str, master_port: int, backen
     ``check`` is the context's (``"races"``; None: ``IRIS_CHECK`` decides, as for any iris program). The
     workbench shows the races after each cell itself, so the checker's warnings are not printed as well.
 
-    ``host``: the simulated host (``IRIS_HOST``, :func:`iris.topology.this_host`) of a cluster started with
+    ``host``: the simulated host (``IRIS_HOST``, :func:`iris.heap.topology.this_host`) of a cluster started with
     ``hosts=``; ``local``: ``(LOCAL_RANK, LOCAL_WORLD_SIZE)``, this rank among the ranks of its host.
 
     With ``hang_channel`` in ``notebook``, a thread answers where this rank is when a cell hangs
@@ -104,7 +104,7 @@ def setup(rank: int, world_size: int, master_addr: str, master_port: int, backen
     from triton.experimental.gluon import language as gl
 
     import iris
-    from iris.gluon import IrisDeviceCtx
+    from iris.language.gluon import IrisDeviceCtx
 
     ctx = iris.iris(heap_size, backend=None if backend == "auto" else backend, check=check)
     warnings.filterwarnings("ignore", category=iris.RaceWarning)
@@ -237,13 +237,13 @@ def _add_fault_note(error: dict, ctx) -> None:
 
 
 def _compiler_messages(namespace: dict):
-    """On a GPU rank, :func:`iris.gluon.layout_hints` around the cell: what the GPU compiler writes to file
+    """On a GPU rank, :func:`iris.language.gluon.layout_hints` around the cell: what the GPU compiler writes to file
     descriptor 2 (MLIR's reason for a failed pass) reaches the cell's stderr instead of the engine's log, and
     a layout-less Gluon range that nothing anchors fails with advice instead of "PassManager::run failed".
     The CPU interpreter compiles nothing."""
     if getattr(namespace.get("ctx"), "backend", None) != "cuda":
         return contextlib.nullcontext()
-    from iris.gluon import layout_hints
+    from iris.language.gluon import layout_hints
 
     return layout_hints()
 
@@ -281,7 +281,7 @@ def _format_frames(frames, cell_filename: str, show_last: bool) -> list[str]:
 
     def flush_folded():
         if folded:
-            lines.append(f"  ... in {', '.join(sorted({_library_name(f.filename) for f in folded}))}\n")
+            lines.append(f"  ... in {', '.join(sorted({whereabouts.library_name(f.filename) for f in folded}))}\n")
             folded.clear()
 
     for i, frame in enumerate(frames):
@@ -296,14 +296,6 @@ def _format_frames(frames, cell_filename: str, show_last: bool) -> list[str]:
     flush_folded()
     return lines
 
-
-def _library_name(filename: str) -> str:
-    """The top-level package of a file: ``.../site-packages/triton/runtime/interpreter.py`` -> ``triton``."""
-    for root in sorted(filter(None, sys.path), key=len, reverse=True):
-        root = root.rstrip("/") + "/"
-        if filename.startswith(root):
-            return filename[len(root):].split("/")[0].removesuffix(".py")
-    return os.path.basename(filename)
 
 
 # -- looking at values -----------------------------------------------------------------------------

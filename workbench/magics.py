@@ -41,9 +41,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import display
 
-import workbench
-
-from . import exercises, races, tracing
+from . import exercises, races, session, tracing, views
 from .cluster import BACKENDS
 from .hang_report import display_hang
 from .report import render_summaries
@@ -187,11 +185,11 @@ class IrisMagics(Magics):
             exercises.show_solution(self.shell, args.lesson, "load" if args.load else "run" if args.run else "auto")
             return
         if args.command == "start":
-            wb = workbench.start(n=args.n, backend=args.backend, heap_size=args.heap, engines=args.engines,
+            wb = session.start(n=args.n, backend=args.backend, heap_size=args.heap, engines=args.engines,
                                  timeout=args.timeout, check=args.check, hosts=args.hosts)
             print(wb.status())
             return
-        wb = workbench.current()
+        wb = session.current()
         if args.command == "stop":
             print(wb.stop())
         elif args.command == "restart":
@@ -202,13 +200,13 @@ class IrisMagics(Magics):
         elif args.command == "status":
             print(wb.status())
         elif args.command == "heap":
-            display(workbench.heap())
+            display(views.heap())
         elif args.command == "topology":
-            display(workbench.topology())
+            display(views.topology())
         elif args.command == "show":
-            display(workbench.show(args.name, reduction=args.reduction))
+            display(views.show(args.name, reduction=args.reduction))
         elif args.command == "remote":
-            display(workbench.remote(args.name, args.rank))
+            display(views.remote(args.name, args.rank))
         elif args.command == "bench":
             display(self._bench(args))
         elif args.command == "timeline":
@@ -237,7 +235,7 @@ class IrisMagics(Magics):
                 except Exception as exc:
                     raise UsageError(f"%iris bench --{name.replace('_', '-')} {text!r}: {type(exc).__name__}: "
                                      f"{exc}; give a number or an expression of the notebook's") from None
-        return workbench.bench(candidates, **work, graph={"auto": "auto", "on": True, "off": False}[args.graph],
+        return views.bench(candidates, **work, graph={"auto": "auto", "on": True, "off": False}[args.graph],
                                timeout=args.timeout)
 
     def _need(self, text):
@@ -265,7 +263,7 @@ class IrisMagics(Magics):
             raise UsageError("%%iris_kernel: --max-events sizes the trace buffers of --trace: add --trace")
         if args.max_events is not None and args.max_events < 1:
             raise UsageError(f"%%iris_kernel: --max-events {args.max_events}: give at least 1 event per rank")
-        wb = workbench.current()
+        wb = session.current()
         ranks = parse_ranks(args.ranks, wb.world_size)
         if args.trace:
             tracing.start_capture(wb, args.max_events or tracing.DEFAULT_MAX_EVENTS, ranks=ranks)

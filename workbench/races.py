@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import html
 
-from iris.checking import races_html_table, races_text_table
+from iris.instruments.checking import races_html_table, races_text_table
 
 from .report import ranks_phrase
 from .widgets import probes

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from iris.tracing.host import merge_traces
+from iris.instruments.tracing.host import merge_traces
 
 from .report import RankError, ranks_phrase
 from .widgets import probes
@@ -56,7 +56,7 @@ def merged_trace(wb, filename: str | None = None, ranks=None) -> dict:
 def timeline_view(wb, ranks=None, filename: str | None = None):
     """A :class:`~workbench.widgets.timeline.TimelineView` of the ranks' current capture (also written to
     ``filename`` when given: :func:`merged_trace`)."""
-    from iris.tracing.timeline import Timeline
+    from iris.instruments.tracing.timeline import Timeline
 
     from .widgets.timeline import TimelineView
 

@@ -19,7 +19,7 @@ Examples
 
 from __future__ import annotations
 
-from iris.traffic import TrafficMatrix
+from iris.instruments.traffic import TrafficMatrix
 
 from .report import RankError, ranks_phrase
 from .widgets import probes

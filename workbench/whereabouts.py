@@ -320,9 +320,7 @@ def _host_place(host: list, cell: str) -> dict:
     place = {"line": _line_name(cell, frame.f_lineno), "source": _source_line(cell, frame.f_lineno)}
     innermost = host[-1]
     if innermost is not frame and not _is_user(innermost.f_code.co_filename):
-        from .engine import _library_name
-
-        place["inside"] = _library_name(innermost.f_code.co_filename)
+        place["inside"] = library_name(innermost.f_code.co_filename)
     return place
 
 
@@ -627,3 +625,12 @@ def _small_allocations(allocations) -> list:
     small = [a for a in allocations if 0 < a.nbytes <= FLAG_BYTES]
     small.sort(key=lambda a: (a.dtype.is_floating_point or a.dtype.is_complex, a.offset))
     return small[:FLAG_ALLOCATIONS]
+
+
+def library_name(filename: str) -> str:
+    """The top-level package of a file: ``.../site-packages/triton/runtime/interpreter.py`` -> ``triton``."""
+    for root in sorted(filter(None, sys.path), key=len, reverse=True):
+        root = root.rstrip("/") + "/"
+        if filename.startswith(root):
+            return filename[len(root):].split("/")[0].removesuffix(".py")
+    return os.path.basename(filename)

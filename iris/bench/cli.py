@@ -27,7 +27,7 @@ AXIS_FLAG = re.compile(r"^--(axis|skip)_(\w+)=(.*)$")
 
 
 def _heap_size(text: str) -> int:
-    from iris.sizes import parse_size
+    from iris.base.sizes import parse_size
 
     try:
         return parse_size(text)
@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_command_line(argv: list[str] | None, benchmarks) -> tuple[RunPlan, argparse.Namespace]:
     """The :class:`RunPlan` the command line asks for, and its parsed flags (output format and file among them);
     bad flags end the program with a message saying why."""
-    from iris.backend import choose_backend
+    from iris.base.backend import choose_backend
 
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
@@ -113,7 +113,7 @@ def _timing_note(group_sizes: list[int]) -> str:
     """A line saying what the times are when they are not one GPU's per rank, else empty."""
     import torch
 
-    from iris.backend import choose_backend
+    from iris.base.backend import choose_backend
 
     if choose_backend(None) == "cpu":
         return "Note: CPU backend: times are the Triton interpreter's on this machine's CPU, not a GPU's.\n"

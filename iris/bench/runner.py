@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..runtime.timing import do_bench
 from .axes import NUM_RANKS, AxisDef, axis_points, dtype_name, effective_values
 from .registry import BenchmarkDef
 from .state import Result, SkipCombination, State
@@ -79,8 +80,6 @@ def _points(benchmark: BenchmarkDef, plan: RunPlan, world_size: int):
 
 
 def _run_point(ctx, benchmark: BenchmarkDef, params: dict[str, Any], plan: RunPlan) -> Result:
-    import iris
-
     world_size = ctx.get_num_ranks()
     state = State(params, n_warmup=plan.n_warmup, n_repeat=plan.n_repeat)
     try:
@@ -90,7 +89,7 @@ def _run_point(ctx, benchmark: BenchmarkDef, params: dict[str, Any], plan: RunPl
     if state._exec_fn is None:
         raise BenchmarkError(f"benchmark {benchmark.name!r} at {describe_point(params)}: its function returned "
                              "without state.exec(fn); hand over the callable to time with state.exec")
-    times = iris.do_bench(state._exec_fn, barrier_fn=ctx.barrier, preamble_fn=state._preamble_fn,
+    times = do_bench(state._exec_fn, barrier_fn=ctx.barrier, preamble_fn=state._preamble_fn,
                           n_warmup=state._n_warmup, n_repeat=state._n_repeat, return_mode="all")
     mean_ms = statistics.mean(times)
     seconds = mean_ms * 1e-3
@@ -152,13 +151,11 @@ def run_benchmarks(ctx, benchmarks: list[BenchmarkDef], plan: RunPlan | None = N
 
 
 def _make_context(heap_size: int, use_gluon: bool):
-    import iris
+    # The worker imported iris's face (``import iris``: the interpreter switched on, upstream's paths) when it
+    # imported this module; the contexts themselves come from the host layer below.
+    from ..runtime import context, gluon_context
 
-    if use_gluon:
-        from iris.experimental import iris_gluon
-
-        return iris_gluon.iris(heap_size)
-    return iris.iris(heap_size)
+    return gluon_context.iris(heap_size) if use_gluon else context.iris(heap_size)
 
 
 def _worker(benchmarks: list[BenchmarkDef], plan: RunPlan) -> list[Result]:
@@ -166,7 +163,7 @@ def _worker(benchmarks: list[BenchmarkDef], plan: RunPlan) -> list[Result]:
     import torch
     import torch.distributed as dist
 
-    from iris.backend import choose_backend
+    from ..base.backend import choose_backend
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     collective_backend = "gloo"

@@ -1,7 +1,7 @@
 """Collectives on the symmetric heap: all_reduce, all_gather, all_to_all, reduce_scatter, device barrier.
 
 Each is one Triton kernel per rank that reads and writes the other ranks' heaps directly and synchronises
-through flags on the heap (:mod:`iris.ccl.sync`), with no host round trip: calls are cheap to repeat and can
+through flags on the heap (:mod:`iris.language.sync`), with no host round trip: calls are cheap to repeat and can
 be captured in CUDA graphs. Reach them as methods of a context (``ctx.ccl.all_reduce(out, inp)``, upstream
 Iris's spelling) or as functions taking the context third (``iris.ccl.all_reduce(out, inp, ctx)``).
 

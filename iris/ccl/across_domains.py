@@ -1,6 +1,6 @@
 """``ctx.ccl`` over ranks on several hosts: our kernels inside each domain, torch.distributed between domains.
 
-A domain is a group of ranks that map each other's heaps (:meth:`iris.topology.TopologyMap.domains`: today the
+A domain is a group of ranks that map each other's heaps (:meth:`iris.heap.topology.TopologyMap.domains`: today the
 ranks of one host). Kernels reach only their own domain, so a collective over a world of several domains runs in
 two levels: our collective kernels over the ranks of each domain (a process group per domain, :mod:`.groups`),
 and torch.distributed's library between domains (gloo on the CPU backend, NCCL on GPUs), among the ranks with the
@@ -57,7 +57,7 @@ _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.re
 
 
 def domains_of(ctx) -> list[list[int]]:
-    """The context's domains (:meth:`iris.topology.TopologyMap.domains`); one of every rank without a topology."""
+    """The context's domains (:meth:`iris.heap.topology.TopologyMap.domains`); one of every rank without a topology."""
     topology = getattr(ctx, "topology", None)
     return topology.domains() if topology is not None else [list(range(ctx.num_ranks))]
 

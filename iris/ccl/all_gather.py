@@ -26,17 +26,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..language.sync import exchange
 from .config import ALL_GATHER_VARIANTS, Config
 from .fast_path import call_key, launch, replay
+from .flag_slots import ARRIVED, DONE, SLOTS
 from .gluon_layouts import flat_layout, warp_threads
 from .groups import GroupContext, kernel_members
 from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
 from .launch import block_size, cdiv, check_tensors, hint, overlaps, programs
-from .sync import exchange
 from .workspace import Workspace, reuse_or_allocate
-
-ARRIVED, DONE = tl.constexpr(0), tl.constexpr(1)  # pull's flag slots (kernels read only constexpr globals)
-SLOTS = 2
 
 
 def choose_gather_variant(requested: str | None, nbytes: int, world: int) -> str:
@@ -148,7 +146,7 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     key = ("all_gather", variant, n, input_tensor.dtype, grid, block, group_of_call.key)
     push, pull = push_kernel, pull_kernel
     common = dict(**group_of_call.kernel_args(), BLOCK=block, num_warps=config.num_warps)
-    if config.use_gluon:  # the same algorithms and workspaces, as Gluon kernels (imported here: they import ARRIVED)
+    if config.use_gluon:  # the same algorithms and workspaces, as Gluon kernels (defined on first use)
         from .gluon_all_gather import gluon_pull_kernel as pull
         from .gluon_all_gather import gluon_push_kernel as push
 

@@ -42,6 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..language.sync import exchange, flag_of, signal, wait_for
 from .config import MIN_BLOCK, Config, refuse_gluon
 from .fast_path import call_key, launch, replay
 from .groups import GroupContext, Members, kernel_members
@@ -49,7 +50,6 @@ from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_
 from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
 from .reduce_scatter import SLOTS as TWO_SHOT_SLOTS
 from .reduce_scatter import chunk_size, launch_reduce_chunks, launch_shape
-from .sync import exchange, flag_of, signal, wait_for
 from .workspace import Workspace, reuse_or_allocate
 
 RING_FROM_BYTES, RING_FROM_WORLD = 16 << 20, 4  # ring for large tensors on 4 ranks or more, else two_shot

@@ -16,16 +16,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..language.sync import exchange
 from .config import Config
 from .fast_path import call_key, launch, replay
+from .flag_slots import ARRIVED, DONE, SLOTS
 from .gluon_layouts import tile_layout, warp_threads
 from .groups import GroupContext, kernel_members
 from .launch import cdiv, check_tensors, overlaps, programs
-from .sync import exchange
 from .workspace import Workspace, reuse_or_allocate
-
-ARRIVED, DONE = tl.constexpr(0), tl.constexpr(1)  # flag slots (kernels read only constexpr globals)
-SLOTS = 2
 
 
 @triton.jit
@@ -109,7 +107,7 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     aligned = input_tensor.data_ptr() % 16 == 0 and row_bytes % 16 == 0 and col_bytes % 16 == 0 and bn >= 16
     kernel, options = all_to_all_kernel, dict(**group_of_call.kernel_args(), BLOCK_M=bm, BLOCK_N=bn,
                                               num_warps=config.num_warps)
-    if config.use_gluon:  # the same algorithm and workspace, as a Gluon kernel (imported here: it imports ARRIVED)
+    if config.use_gluon:  # the same algorithm and workspace, as a Gluon kernel (defined on first use)
         from .gluon_all_to_all import gluon_all_to_all_kernel as kernel
 
         options["LAYOUT"] = tile_layout(input_tensor.element_size(), bm, bn, config.num_warps, warp_threads(ctx))

@@ -18,9 +18,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..language.sync import exchange
 from .fast_path import call_key, launch, replay
 from .groups import GroupContext, kernel_members
-from .sync import exchange
 from .workspace import Workspace, reuse_or_allocate
 
 BARRIER = tl.constexpr(0)  # the one flag slot (kernels read only constexpr globals)

@@ -8,7 +8,7 @@ ignored (:mod:`iris.interpret.gluon`).
 
 Remote addresses come from :class:`iris.ccl.groups.GroupContext`, the Triton kernels' device context (a
 ``@gluon.jit`` kernel may call ``@triton.jit`` code, whose operations keep their operands' layouts), not from
-:class:`iris.gluon.IrisDeviceCtx`: the group's numbering must be constexpr anyway, and with this rank a
+:class:`iris.language.gluon.IrisDeviceCtx`: the group's numbering must be constexpr anyway, and with this rank a
 constexpr too, a translation reads its heap base at a fixed offset instead of first loading the rank from the
 context tensor, one dependent load fewer ahead of every kernel's first remote access. The kernels then compile to
 the memory instructions of their Triton twins, one for one (tests/test_gluon_sm90.py).
@@ -26,7 +26,7 @@ Examples
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from .all_gather import ARRIVED, DONE
+from .flag_slots import ARRIVED, DONE
 from .gluon_sync import deliver, exchange
 from .groups import GroupContext
 from .inbox import row

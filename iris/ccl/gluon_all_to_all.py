@@ -20,7 +20,7 @@ Examples
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from .all_to_all import ARRIVED, DONE
+from .flag_slots import ARRIVED, DONE
 from .gluon_sync import exchange
 from .groups import GroupContext
 

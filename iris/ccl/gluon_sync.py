@@ -1,9 +1,9 @@
 """Flags and inboxes for the Gluon collectives: :func:`exchange` and :func:`deliver`, the Gluon twins of
-:func:`iris.ccl.sync.exchange` and :func:`iris.ccl.inbox.deliver`.
+:func:`iris.language.sync.exchange` and :func:`iris.ccl.inbox.deliver`.
 
 Why twins: those build their blocks with ``tl.arange``, which Gluon refuses without a layout ("arange() missing
 1 required positional argument: 'layout'"). The protocol is theirs, unchanged: the same flags
-``[slot, member, program]`` (:func:`iris.ccl.sync.flag_of`), the same call counters, the same double-buffered
+``[slot, member, program]`` (:func:`iris.language.sync.flag_of`), the same call counters, the same double-buffered
 inbox rows (:func:`iris.ccl.inbox.row` is shared as is), so a workspace serves Triton and Gluon calls alike.
 
 Examples
@@ -17,9 +17,9 @@ import math
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from ..gluon import cta_barrier
+from ..language.gluon import cta_barrier
+from ..language.sync import flag_of, lanes
 from .inbox import DELIVERED
-from .sync import flag_of, lanes
 
 
 @gluon.constexpr_function
@@ -37,7 +37,7 @@ def lane_layout(layout):
 def exchange(ctx, flags, slot, epoch, pid, num_programs, LAYOUT: gl.constexpr):
     """Tell every member of ``ctx``'s group that this program ``pid`` reached ``slot`` of call ``epoch``; wait
     for theirs (one lane per member, one link round trip whatever the group's size; see
-    :func:`iris.ccl.sync.exchange`). ``ctx`` is the kernel's :class:`iris.ccl.groups.GroupContext`; ``LAYOUT``
+    :func:`iris.language.sync.exchange`). ``ctx`` is the kernel's :class:`iris.ccl.groups.GroupContext`; ``LAYOUT``
     the kernel's blocked layout (:func:`lane_layout`).
     """
     world: gl.constexpr = ctx.world_size

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 from triton.language.core import _aggregate as aggregate
 
-from ..device import DeviceContext
+from ..language.core import DeviceContext
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..language.sync import exchange
 from .launch import cdiv, hint
-from .sync import exchange
 from .workspace import Workspace, reuse_or_allocate
 
 INBOX_BYTES = 4 << 20  # inboxes while each rank writes at most this many bytes per call (see use_inbox)

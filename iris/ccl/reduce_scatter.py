@@ -23,11 +23,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..language.sync import exchange
 from .config import Config, refuse_gluon
 from .fast_path import call_key, launch, replay
 from .groups import GroupContext, kernel_members
 from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
-from .sync import exchange
 from .workspace import reuse_or_allocate
 
 # flag slots: inputs ready; peers done reading (and, with GATHER, writing). Kernels read only constexpr globals.

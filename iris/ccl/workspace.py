@@ -52,7 +52,7 @@ class Workspace(Work):
     programs : int
         Programs (CTAs) per launch; program p of every rank pairs with program p of the others.
     flags : torch.Tensor
-        int32 ``[slots, group size, programs]`` on the heap; see :mod:`iris.ccl.sync`.
+        int32 ``[slots, group size, programs]`` on the heap; see :mod:`iris.language.sync`.
     epochs : torch.Tensor
         int32 ``[programs]``: calls made so far, counted on the device.
     scratch : torch.Tensor or None

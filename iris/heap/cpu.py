@@ -4,7 +4,7 @@ and write other ranks' heaps through plain addresses (real cross-process memory,
 Files are created with mode 0600 and unlinked as soon as every rank has mapped them: the mappings stay
 valid, and nothing is left in /dev/shm even if a rank is killed with SIGKILL afterwards. A rank killed in
 the few milliseconds before that leaves a file named after its pid; the next heap created on the machine
-removes such files of dead processes. The race checker's shadow state (:mod:`iris.checking.shadow`) lives in
+removes such files of dead processes. The race checker's shadow state (:mod:`iris.instruments.checking.shadow`) lives in
 files of the same kind, one per rank too, named here with the role ``shadow``.
 
 Examples
@@ -13,7 +13,7 @@ Examples
 >>> memory.bases                                                                  # doctest: +SKIP
 [139872512000000, 139872494174208]
 
-Ranks on other hosts (``reachable[r]`` False, see :meth:`iris.topology.TopologyMap.can_map`) are not mapped:
+Ranks on other hosts (``reachable[r]`` False, see :meth:`iris.heap.topology.TopologyMap.can_map`) are not mapped:
 their files are neither opened nor looked for, and their base is 0.
 """
 
@@ -109,7 +109,7 @@ class ShmHeapMemory:
     ----------
     size : int
         Bytes per rank (rounded up to whole pages).
-    group : iris.distributed.HostGroup
+    group : iris.base.distributed.HostGroup
         The ranks that share heaps.
     reachable : list of bool, optional
         ``reachable[r]``: this rank maps rank r's heap (ranks of this host); an unmapped rank's base is 0.

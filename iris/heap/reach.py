@@ -1,6 +1,6 @@
 """Which ranks' heaps this rank maps, and the error for addressing one it does not.
 
-A rank maps the heaps of the ranks it can reach through memory (:meth:`iris.topology.TopologyMap.can_map`: today
+A rank maps the heaps of the ranks it can reach through memory (:meth:`iris.heap.topology.TopologyMap.can_map`: today
 the ranks of its host); the others, on other hosts, are reached only over the network, by torch.distributed.
 Their heap base is 0 (:data:`UNMAPPED_BASE` in the bases kernels read), and every way of addressing them
 (``ctx.as_remote``, and on the CPU interpreter every remote load, store, atomic, get, put and copy of a kernel)
@@ -18,8 +18,8 @@ iris.heap.reach.UnreachableRankError: ctx.as_remote(x, 2) on rank 0: rank 0 (hos
 
 from __future__ import annotations
 
-from ..interpret.kernel_errors import RaisedAsIs
-from ..topology.map import rank_ranges
+from ..base.errors import RaisedAsIs
+from .topology.map import rank_ranges
 
 # What the device-side heap bases hold for a rank this rank does not map (``heap.bases`` keeps 0 on the host): far
 # above any address a GPU or a CPU maps (GPUs map below 2**57; x86-64 user space ends at 2**47), so that base plus any
@@ -71,7 +71,7 @@ def reachable_ranks(topology, rank: int) -> list[bool] | None:
 def fault_note(topology, rank: int, error: str) -> str | None:
     """For a GPU fault on ``rank`` (``error``: its message) in a world of several domains, what the report should add:
     which ranks' heaps this rank maps, which it does not and what connects them (on a GPU a kernel cannot raise: one
-    that addresses an unmapped rank faults, see :mod:`iris.device`); None for other errors or one domain.
+    that addresses an unmapped rank faults, see :mod:`iris.language.core`); None for other errors or one domain.
 
     Examples
     --------

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..sizes import format_size
+from ..base.sizes import format_size
 from .allocator import Allocator, OutOfHeap, Usage
 from .reach import device_bases, reachable_ranks, unreachable
 
@@ -112,17 +112,18 @@ class SymmetricHeap:
     ----------
     size : int
         Bytes per rank.
-    group : iris.distributed.HostGroup
+    group : iris.base.distributed.HostGroup
         The ranks that share heaps.
     backend : {"cpu", "cuda"}
         Where the heaps live.
     alignment : int
         Every allocation starts at a multiple of this many bytes (wide vector loads need 16).
     allocator : {"torch", "vmem"}
-        Upstream's ``allocator_type`` (:func:`iris.backend.choose_allocator`): ``"vmem"`` on ``cuda`` puts the
-        heap on CUDA virtual memory (:mod:`iris.heap.cuda_vmm`): it grows when an allocation needs it, up to
+        Upstream's ``allocator_type`` (:func:`iris.runtime.heap_choice.choose_allocator`): ``"vmem"`` on ``cuda`` puts
+        the
+        heap on CUDA virtual memory (:mod:`iris.heap.cuda.vmm`): it grows when an allocation needs it, up to
         ``memory.reservation``, and :meth:`take_in` shares outside tensors' memory.
-    topology : iris.topology.TopologyMap, optional
+    topology : iris.heap.topology.TopologyMap, optional
         Who maps whom: the heaps of ranks this rank cannot map (other hosts) are not mapped, their base is 0
         (:data:`iris.heap.reach.UNMAPPED_BASE` in ``heap_bases``),
         and addressing them raises :class:`iris.heap.reach.UnreachableRankError`. None: every rank is mapped.
@@ -132,9 +133,9 @@ class SymmetricHeap:
         if backend == "cpu":
             from .cpu import ShmHeapMemory as Memory
         elif backend == "cuda" and allocator == "vmem":
-            from .cuda_vmm import CudaVmmHeapMemory as Memory
+            from .cuda.vmm import CudaVmmHeapMemory as Memory
         elif backend == "cuda":
-            from .cuda import CudaHeapMemory as Memory
+            from .cuda.ipc import CudaHeapMemory as Memory
         else:
             raise ValueError(f"unknown heap backend {backend!r}: use 'cpu' or 'cuda'")
         self.group = group
@@ -147,7 +148,7 @@ class SymmetricHeap:
         self.size = self.memory.size
         self.bases: list[int] = list(self.memory.bases)
         self.device = self.memory.device
-        # Debug checks in kernels need the heap size; it rides just before heap_bases[0] (see iris.device),
+        # Debug checks in kernels need the heap size; it rides just before heap_bases[0] (see iris.language.core),
         # where upstream's layout leaves room.
         self._sized_bases = torch.tensor([self.size, *device_bases(self.bases)], dtype=torch.int64, device=self.device)
         self.heap_bases = self._sized_bases[1:]
@@ -391,7 +392,7 @@ class SymmetricHeap:
         """Store ``value`` into ``flag``, one int32 on this rank's heap or a peer's (:meth:`as_remote`), in stream
         order: once the work queued before it is done and visible to every rank. On GPUs no kernel does it, so
         it takes no SM (``cuStreamWriteValue32``). The CPU backend has no streams: signal from a kernel there
-        (:func:`iris.ccl.sync.signal`).
+        (:func:`iris.language.sync.signal`).
 
         Examples
         --------
@@ -400,7 +401,7 @@ class SymmetricHeap:
         store = getattr(self.memory, "store_flag", None)
         if store is None:
             raise NotImplementedError(f"rank {self.rank}: store_flag needs a GPU heap (the {self.backend} backend "
-                                      "has no streams): store the flag from a kernel, iris.ccl.sync.signal")
+                                      "has no streams): store the flag from a kernel, iris.language.sync.signal")
         if flag.dtype != torch.int32 or flag.numel() != 1:
             raise ValueError(f"rank {self.rank}: store_flag takes one int32 element, got {flag.dtype} of shape "
                              f"{list(flag.shape)}")

@@ -1,8 +1,9 @@
 """Run Triton aggregates and Gluon kernels on the Triton CPU interpreter.
 
 CPU only. ``iris/__init__.py`` calls :func:`activate` before anything defines a kernel; on a GPU
-machine nothing here runs. This package imports nothing else from ``iris`` but :mod:`iris.versions` (for
-the supported range its errors name) and, in :mod:`.launch_options`, the rule of :mod:`iris.launch_options`.
+machine nothing here runs. This package is the only one that patches Triton's interpreter; it imports nothing of
+``iris`` but :mod:`iris.base` (the supported range its errors name, the patching helper, the rule of
+:mod:`iris.base.launch_options`, the backend for :func:`kernels_run_on_gpu`).
 
 What :func:`activate` installs, one module each (every module says which triton code it works
 around, and why):
@@ -27,7 +28,7 @@ around, and why):
   (the interpreter computes on bf16's raw bits); what it cannot emulate for bf16 raises.
 
 Installed later, by the first observer only: :mod:`.access_events` reports every load, store, atomic, launch and
-program to observers (the race checker, :mod:`iris.checking`).
+program to observers (the race checker, :mod:`iris.instruments.checking`).
 
 Examples
 --------
@@ -41,7 +42,7 @@ import os
 
 from .errors import UnsupportedOnInterpreter
 
-__all__ = ["UnsupportedOnInterpreter", "activate", "is_active"]
+__all__ = ["UnsupportedOnInterpreter", "activate", "is_active", "kernels_run_on_gpu"]
 
 _activated = False
 
@@ -116,3 +117,17 @@ def is_active():
     True
     """
     return _activated
+
+
+def kernels_run_on_gpu() -> bool:
+    """True when this process's kernels run on a GPU: a GPU backend, and Triton not switched to this interpreter
+    (``iris.iris(backend="cpu")`` switches it on a GPU machine too). What timing and device queries answer for.
+
+    Examples
+    --------
+    >>> kernels_run_on_gpu() in (True, False)
+    True
+    """
+    from ..base.backend import choose_backend
+
+    return not is_active() and choose_backend(None) == "cuda"

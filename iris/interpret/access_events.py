@@ -9,7 +9,7 @@ programs start at ``InterpreterBuilder.set_grid_idx``, and launches run in ``Gri
 
 Fix: those methods are wrapped, once, when the first observer is added; with no observer they cost one list
 check. Observers get numpy arrays and plain strings, never Triton objects, so that the checker (an iris
-feature, :mod:`iris.checking`) knows nothing of Triton's internals. An observer is any object with:
+feature, :mod:`iris.instruments.checking`) knows nothing of Triton's internals. An observer is any object with:
 
 * ``launch_started(kernel_name)`` and ``launch_finished()``: around every interpreted launch;
 * ``program_started(program_id, grid)``: ``(x, y, z)`` and the launch's grid ``(nx, ny, nz)``, before each
@@ -44,7 +44,7 @@ import numpy as np
 from triton._C.libtriton import ir
 from triton.runtime import interpreter
 
-from .patching import replace_once
+from ..base.patching import replace_once
 
 _observers = []
 _reporting = threading.local()  # .frame: the builder's caller, while observers hear of its access

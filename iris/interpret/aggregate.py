@@ -22,7 +22,7 @@ import types
 import triton.language.core as tl_core
 from triton.runtime.interpreter import InterpretedFunction, interpreter_semantic
 
-from .patching import replace_once
+from ..base.patching import replace_once
 
 
 class InterpretedMethod:

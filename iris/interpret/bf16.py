@@ -49,8 +49,8 @@ from triton._C.libtriton import ir
 from triton.runtime import interpreter
 from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
 
+from ..base.patching import replace_once
 from .errors import UnsupportedOnInterpreter
-from .patching import replace_once
 
 CANONICAL_NAN = 0x7FFF  # what NVIDIA GPUs produce for a NaN result in bf16 (cvt.rn.bf16.f32, add.rn.bf16)
 

@@ -1,6 +1,6 @@
 """Read the device clock on the CPU interpreter: the inline PTX that reads it runs as the monotonic clock.
 
-Why: on a GPU, :func:`iris.tracing.device.device_clock` and ``device_sm_id`` are inline PTX
+Why: on a GPU, :func:`iris.language.tracing.device_clock` and ``device_sm_id`` are inline PTX
 (``tl.inline_asm_elementwise``), which the interpreter refuses ("inline_asm not supported in interpreter
 mode", ``InterpreterBuilder.create_inline_asm`` in triton/runtime/interpreter.py).
 
@@ -21,10 +21,10 @@ import time
 import numpy as np
 from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
 
-from .patching import replace_once
+from ..base.patching import replace_once
 
-# The strings iris.tracing.device emits (it imports them from here: importing the iris.tracing package from
-# here would define its kernels and aggregates before activate() has installed the interpreter's hooks).
+# The strings iris.language.tracing emits (it imports them from here: importing that module from here would define
+# its kernels and aggregates before activate() has installed the interpreter's hooks).
 GLOBALTIMER_ASM = "mov.u64 $0, %globaltimer;"  # nanoseconds, the GPU's global timer
 SMID_ASM = "mov.u32 $0, %smid;"  # the streaming multiprocessor running the program
 
@@ -51,5 +51,5 @@ def _host_answers(original):
 
 
 def install():
-    """Answer the clock and SM-id asm of :mod:`iris.tracing.device` on the interpreter."""
+    """Answer the clock and SM-id asm of :mod:`iris.language.tracing` on the interpreter."""
     replace_once(InterpreterBuilder, "create_inline_asm", _host_answers)

@@ -17,7 +17,7 @@ import functools
 from triton.runtime import interpreter
 from triton.runtime.jit import _normalize_ty
 
-from .patching import replace_once
+from ..base.patching import replace_once
 
 
 def is_constexpr_annotation(annotation, namespace):

@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from ..base.patching import replace_once
 from .errors import first_cause
-from .patching import replace_once
 
 _handlers = []
 

@@ -20,8 +20,8 @@ import triton
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
+from ..base.patching import replace_once
 from .gluon import GluonInterpretedFunction
-from .patching import replace_once
 
 _interpreted_twins = {}  # raw Python function -> its InterpretedFunction
 

@@ -33,7 +33,7 @@ import triton.language as tl
 from triton._C.libtriton import ir
 from triton.runtime.interpreter import InterpreterBuilder, TensorHandle, interpreter_builder
 
-from .patching import replace_once
+from ..base.patching import replace_once
 
 BITWISE = ("XCHG", "AND", "OR", "XOR")
 SAME_WIDTH_INTEGER = {np.dtype(np.float32): (np.int32, tl.int32), np.dtype(np.float64): (np.int64, tl.int64)}

@@ -44,8 +44,8 @@ from triton.language.semantic import TritonSemantic
 from triton.runtime import interpreter
 from triton.runtime.errors import InterpreterError
 
+from ..base.patching import replace_once
 from .errors import UnsupportedOnInterpreter, first_cause
-from .patching import replace_once
 
 DEFAULT_NUM_WARPS = 4  # what a triton launch uses when num_warps= is not given
 

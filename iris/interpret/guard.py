@@ -11,7 +11,7 @@ import functools
 import triton
 from triton.runtime.jit import JITFunction
 
-from .patching import replace_once
+from ..base.patching import replace_once
 
 
 def stale_kernel_message(kernel):

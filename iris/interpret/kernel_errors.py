@@ -5,31 +5,24 @@ level, so an iris error raised while a kernel runs (``UnsupportedAtomicError`` f
 ``InterpreterError('InterpreterError(\\'UnsupportedAtomicError("iris.atomic_sub on int8 ...")\\')')``, its text
 escaped twice. On a GPU the same error is the cause of a ``CompilationError`` that quotes the kernel's line.
 
-Fix: the launch re-raises the first :class:`RaisedAsIs` under the ``InterpreterError`` (each wrapper keeps the one
+Fix: the launch re-raises the first :class:`~iris.base.errors.RaisedAsIs` under the ``InterpreterError`` (each wrapper
+keeps the one
 below as its ``__cause__``), with its own type and message; every other error stays as Triton raises it.
 
 Examples
 --------
 >>> iris.atomic_sub(counter_i8, 1, rank, peer, heap_bases)   # in an interpreted kernel  # doctest: +SKIP
 Traceback (most recent call last):
-iris.device.UnsupportedAtomicError: iris.atomic_sub on int8 (rank 0): ...
+iris.language.core.UnsupportedAtomicError: iris.atomic_sub on int8 (rank 0): ...
 """
 
 import functools
 
 from triton.runtime.errors import InterpreterError
 
+from ..base.errors import RaisedAsIs
+from ..base.patching import replace_once
 from .errors import first_cause
-from .patching import replace_once
-
-
-class RaisedAsIs(Exception):
-    """Mixed into iris's own errors that a kernel may raise; the interpreted launch raises them unwrapped.
-
-    Examples
-    --------
-    >>> class UnsupportedAtomicError(RaisedAsIs, TypeError): ...
-    """
 
 
 def _unwrapping(launch):

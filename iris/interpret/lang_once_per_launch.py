@@ -31,7 +31,7 @@ import types
 import triton.language as tl
 from triton.runtime import interpreter
 
-from .patching import replace_once
+from ..base.patching import replace_once
 
 _launch_languages = None  # the triton.language modules bound for the running launch; None outside launches
 

@@ -1,7 +1,7 @@
 """The CPU interpreter's launch drops upstream Iris's AMD-only launch options with a warning, as a GPU launch does.
 
 Triton's interpreter takes ``waves_per_eu=2`` and the like without a word; a program that runs on the laptop
-must say what it says on an NVIDIA GPU (:mod:`iris.launch_options`, whose rule this hook applies at
+must say what it says on an NVIDIA GPU (:mod:`iris.base.launch_options`, whose rule this hook applies at
 ``InterpretedFunction.run``).
 
 Examples
@@ -11,7 +11,7 @@ Examples
 
 from triton.runtime.interpreter import InterpretedFunction
 
-from ..launch_options import install_at
+from ..base.launch_options import install_at
 
 
 def install() -> None:

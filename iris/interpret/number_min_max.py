@@ -24,7 +24,7 @@ import numpy as np
 import triton.language as tl
 from triton.runtime.interpreter import InterpreterBuilder, TensorHandle, interpreter_builder
 
-from .patching import replace_once
+from ..base.patching import replace_once
 
 
 def minnum_returns_nan() -> bool:

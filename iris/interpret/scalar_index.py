@@ -25,7 +25,7 @@ import warnings
 import numpy as np
 from triton.runtime import interpreter
 
-from .patching import replace_once
+from ..base.patching import replace_once
 
 
 class _Probe:

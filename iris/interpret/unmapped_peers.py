@@ -5,7 +5,7 @@ for them is :data:`iris.heap.reach.UNMAPPED_BASE` (:class:`iris.heap.SymmetricHe
 a rank points nowhere: touching it would end the process with a segfault, where the user needs to be told which
 rank addressed which.
 
-Fix: :func:`iris.device.translate`, the one routine every remote access goes through, calls
+Fix: :func:`iris.language.core.translate`, the one routine every remote access goes through, calls
 :func:`refuse_unmapped` with the base it read, while :data:`CHECKS` says so: on the interpreter, in a process
 whose context has unmapped peers (it called :func:`watch`). :func:`refuse_unmapped` raises the error the context
 builds (naming both ranks, their hosts and what connects them) for the first lane that is not masked off.
@@ -41,12 +41,12 @@ def watch(explain) -> None:
     call wins: the context made last in this process)."""
     if not triton.knobs.runtime.interpret:
         raise RuntimeError("iris.interpret.unmapped_peers.watch: the Triton interpreter is off; on a GPU, "
-                           "kernels cannot raise (see iris.device)")
+                           "kernels cannot raise (see iris.language.core)")
     _explain[:] = [explain]
     CHECKS.value = True
 
 
-# Whether iris.device.translate calls refuse_unmapped: a constexpr, so that a GPU compile sees False and traces
+# Whether iris.language.core.translate calls refuse_unmapped: a constexpr, so that a GPU compile sees False and traces
 # nothing (its value is read when a kernel is compiled; it is set only on the interpreter), and the interpreter
 # pays one truth test per translation.
 CHECKS = tl.constexpr(False)

@@ -80,7 +80,7 @@ def check_triton_internals():
     """Check that the installed Triton has every internal the adapter patches.
 
     Which release it is does not matter here (``import iris`` warns about releases outside the supported
-    range: :mod:`iris.versions`); what matters is that the internals are where the adapter looks.
+    range: :mod:`iris.base.versions`); what matters is that the internals are where the adapter looks.
 
     Raises
     ------
@@ -93,7 +93,7 @@ def check_triton_internals():
     """
     import triton
 
-    from ..versions import SUPPORTED
+    from ..base.versions import SUPPORTED
 
     missing = missing_triton_internals()
     if missing:

@@ -29,8 +29,8 @@ import dataclasses
 
 import torch
 
-from . import FusedConfig, Workspace, _gathered_dims, all_gather_matmul, all_gather_matmul_preamble, choose_path
 from .chunked import gathered_buffer, signals_for
+from .fused import FusedConfig, Workspace, _gathered_dims, all_gather_matmul, all_gather_matmul_preamble, choose_path
 
 LAYOUTS = ("k_contiguous", "m_contiguous")
 OP = "all_gather_matmul_hbm_buffer"
@@ -75,7 +75,7 @@ def all_gather_matmul_hbm_buffer(ctx, output_tensor, A_sharded, B, bias=None, as
     if trace:
         raise NotImplementedError(f"rank {ctx.cur_rank}: {OP}(trace=True) records upstream's fetcher and GEMM "
                                   "programs; here the copy engines fetch: see the transfers with ctx.tracing or "
-                                  "iris.traffic instead, and call without trace")
+                                  "iris.instruments.traffic instead, and call without trace")
     m, _ = _gathered_dims(ctx, OP, A_sharded, B)
     if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (m,)
                              or bias.dtype != A_sharded.dtype):

@@ -9,8 +9,8 @@ True
 
 from __future__ import annotations
 
-from . import all_gather_matmul, matmul_all_gather, matmul_all_reduce, matmul_reduce_scatter
 from .config import Workspace
+from .fused import all_gather_matmul, matmul_all_gather, matmul_all_reduce, matmul_reduce_scatter
 
 
 class Ops:

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from triton.language import TRITON_MAX_TENSOR_NUMEL
 
-from ..device import DeviceContext
+from ..language.core import DeviceContext
 
 
 def owned_range(total_tiles: int, rank: int, world: int) -> tuple[int, int]:

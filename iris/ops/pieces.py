@@ -123,7 +123,7 @@ def transfer_hiding(device_name: str, dtype, depth: int, world: int, tf32: bool 
     """How many times longer a row of the product takes to compute than to push to every peer.
 
     A row takes ``2 * depth`` flops per column to compute, and ``world - 1`` copies of its bytes to push. The
-    rates are the spec sheet's figures for the GPU called ``device_name`` (:mod:`iris.perf.specs`), scaled to
+    rates are the spec sheet's figures for the GPU called ``device_name`` (:mod:`iris.base.gpu_specs`), scaled to
     what a chunked call reaches (:data:`LINK_SHARE`, :data:`FLOP_SHARE`). None for a GPU or dtype not on the
     sheet, or for one rank.
 
@@ -139,7 +139,9 @@ def transfer_hiding(device_name: str, dtype, depth: int, world: int, tf32: bool 
 
 @functools.lru_cache(maxsize=64)
 def _transfer_hiding(device_name: str, dtype: torch.dtype, depth: int, world: int, tf32: bool) -> float | None:
-    from ..perf import specs  # (iris.perf does not import iris.ops: no cycle; imported here, for GPUs only)
+    from ..base import (
+        gpu_specs as specs,  # (iris.perf does not import iris.ops: no cycle; imported here, for GPUs only)
+    )
 
     spec = specs.find(device_name, warn=False)  # an unknown GPU keeps the plain rule: nothing to warn about
     key = "tf32" if tf32 and specs.dtype_key(dtype) == "fp32" else dtype

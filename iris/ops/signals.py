@@ -44,9 +44,9 @@ import triton
 import triton.language as tl
 
 from ..ccl.fast_path import launch, replay
-from ..ccl.sync import flag_of, lanes, signal
 from ..ccl.workspace import Workspace
-from ..device import DeviceContext
+from ..language.core import DeviceContext
+from ..language.sync import flag_of, lanes, signal
 
 LANDED = tl.constexpr(1)  # a flag's value once its piece has landed; 0 once the call it was sent to has seen it
 

@@ -14,18 +14,19 @@ Examples
 --------
 >>> report = iris.perf.compare(ctx, {"mine": lambda: mine(out, inp), "NCCL": lambda: nccl(out, inp)},
 ...                            bytes=2 * inp.nbytes)                        # doctest: +SKIP
->>> iris.perf.specs.find("NVIDIA H200").peak("bf16")
+>>> iris.base.gpu_specs.find("NVIDIA H200").peak("bf16")
 989.5
 """
 
-from . import ceilings, roofline, specs
+from ..base import gpu_specs as specs
+from ..base.gpu_specs import GpuSpec
+from . import ceilings, roofline
 from .benchmark import as_benchmark, run_benchmark
 from .ceilings import Ceilings
 from .compare import CandidateResult, PerfReport, compare
 from .errors import PerfError
 from .replay import ReplayTiming, replay_time
 from .roofline import Roof
-from .specs import GpuSpec
 
 __all__ = ["CandidateResult", "Ceilings", "GpuSpec", "PerfError", "PerfReport", "ReplayTiming", "Roof",
            "as_benchmark", "ceilings", "compare", "replay_time", "roofline", "run_benchmark", "specs"]

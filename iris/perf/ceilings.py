@@ -1,6 +1,6 @@
 """Ceilings measured now, on this machine: what a large cuBLAS matmul, a device copy and a peer copy reach.
 
-The spec sheet (:mod:`iris.perf.specs`) says what the part could do; these say what it does today, under its
+The spec sheet (:mod:`iris.base.gpu_specs`) says what the part could do; these say what it does today, under its
 clocks, power cap and driver: a kernel near the measured roof has little left to gain, whatever the datasheet
 says. Each is timed with :func:`iris.perf.replay.replay_time` (CUDA-graph replays, ranks in step, the slowest
 rank's time), all ranks at once, so the peer copies load every link in both directions as a collective does.
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..sizes import format_size
+from ..base.sizes import format_size
 from .errors import PerfError
 from .placement import shared_groups, sharing_message, this_gpu
 from .replay import ReplayTiming, everyone, replay_time

@@ -4,7 +4,7 @@ For each candidate (a label and a zero-argument callable, e.g. a hand-written ke
 then an NCCL collective, ``ctx.ops``): the slowest rank's time per call, CUDA-graph timed where every rank can
 capture the call (:func:`iris.perf.replay.replay_time`; eager otherwise, and the report says which and why);
 achieved TFLOP/s (``flops`` / time), GB/s (``bytes`` / time) and peer GB/s (``peer_bytes`` / time: the bytes
-crossing each link); and the share of the roof: the GPU's spec sheet (:mod:`iris.perf.specs`) and the ceilings
+crossing each link); and the share of the roof: the GPU's spec sheet (:mod:`iris.base.gpu_specs`) and the ceilings
 measured now (:mod:`iris.perf.ceilings`). iris measures; the workbench draws (``workbench.bench``).
 
 On the CPU backend the kernels run in the Triton interpreter: candidates are timed eagerly with
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..timing import do_bench
+from ..base import gpu_specs as specs
+from ..runtime.timing import do_bench
 from . import ceilings as ceilings_module
-from . import specs
 from .errors import PerfError
 from .placement import shared_groups, sharing_message, this_gpu
 from .replay import TIMED_MS, ReplayTiming, capture, every_rank_us, everyone, replay_time

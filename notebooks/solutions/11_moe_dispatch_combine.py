@@ -4,7 +4,7 @@ One solution, out of the lesson's sight: `%iris solution 11` loads it into a not
 (the text after this docstring)."""
 %%iris_kernel --check races
 # One solution.
-from iris.flags import wait
+from iris.language.flags import wait
 
 
 @triton.jit

@@ -2,11 +2,11 @@
 refuses (a layout-less range, AMD's 64-wide warps, a volatile load with a cache modifier), debug asserts."""
 
 import torch
+from iris.gluon import IrisDeviceCtx, layout_hints
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris
-from iris.gluon import IrisDeviceCtx, layout_hints
 from tests.gluon_auto_layout_kernels import no_iris_call
 from tests.portability_kernels import amd_layout_load, narrow_layout_copy, volatile_load_plain
 from tests.rank_cases_device import _debug_setup, _expect, put_block, read_from_peer
@@ -34,8 +34,8 @@ def read_from_peer_blocked(IrisDeviceCtx: gl.constexpr, context_tensor, buf, out
 
 def gluon_layouts_on_gpu():
     """Layout-less kernels as upstream writes them run (IrisDeviceCtx anchors them), explicit layouts run, AMD's
-    64-wide warps run (iris.warp_width); a layout-less kernel with no iris call, a layout of 16 threads per warp
-    and a plain volatile .cg load fail with advice."""
+    64-wide warps run (iris.language.warp_width); a layout-less kernel with no iris call, a layout of 16 threads per
+    warp and a plain volatile .cg load fail with advice."""
     ctx = iris.iris("64MiB", backend="cuda")
     r, n = ctx.cur_rank, ctx.num_ranks
     peer = (r + 1) % n
@@ -68,7 +68,7 @@ def _advice(launch) -> dict:
             launch()
     except RuntimeError as error:
         return {"advice": str(error), "compiler": str(error.__cause__)}
-    raise AssertionError("the GPU compiled a kernel that triton 3.6 refuses: update iris.hints and this test")
+    raise AssertionError("the GPU compiled a kernel that triton 3.6 refuses: update iris.language.hints and this test")
 
 
 def debug_mode_stops_bad_pointer_on_gpu():

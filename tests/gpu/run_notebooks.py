@@ -24,7 +24,8 @@ def run_notebook(shell, path: str) -> bool:
         source = "".join(cell["source"])
         if not shell.run_cell(source).success:
             print(f"FAILED {path}: code cell {number}:\n{source}", flush=True)
-            shell.run_cell("import workbench\nif workbench._current is not None: workbench._current.stop()")
+            shell.run_cell("import workbench\nif workbench.session._current is not None:\n"
+                           "    workbench.session._current.stop()")
             return False
     print(f"OK {path} in {time.perf_counter() - started:.1f} s", flush=True)
     return True

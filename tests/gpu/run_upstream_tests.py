@@ -116,7 +116,7 @@ def place_ranks_on_this_machine(local_rank: int) -> str:
 
 def cap_heap_size(iris, max_heap: str) -> None:
     """Make ``iris.iris(heap_size, ...)`` ask for at most ``max_heap`` (a size iris parses, e.g. "1GiB")."""
-    from iris.sizes import parse_size
+    from iris.base.sizes import parse_size
 
     limit, make_context = parse_size(max_heap), iris.iris
 

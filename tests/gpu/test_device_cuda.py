@@ -4,7 +4,7 @@ only a GPU can show (Gluon layouts compiled for real, device-side debug asserts)
 Run on a GPU machine by tests/gpu/run_gpu_checks.sh; ranks share GPUs when there are more ranks than GPUs.
 Gluon kernels here run as upstream writes them, with layout-less ``gl.arange`` (``IrisDeviceCtx`` anchors
 them to ``gl.CoalescedLayout()``), with explicit layouts and with AMD's ``BlockedLayout([1], [64], [1], [0])``
-(re-expressed for 32-wide warps by ``iris.warp_width``); what triton 3.6 still refuses on a GPU (a layout-less
+(re-expressed for 32-wide warps by ``iris.language.warp_width``); what triton 3.6 still refuses on a GPU (a layout-less
 kernel with no iris call, a ``BlockedLayout`` of 16 threads per warp, a plain volatile load with ``.cg``)
 fails with the advice of ``iris.gluon.layout_hints()``. Upstream's ``IrisGluon`` host class
 runs its CPU rank case here on GPUs.
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from iris.device import OUT_OF_HEAP, VOLATILE_WITH_CACHE_MODIFIER
+
 from tests.gpu import WORLD
 from tests.multirank import run_ranks, start_ranks, stop
 

@@ -17,9 +17,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import iris
-from iris import warning_site
-from iris.launch_options import AMDOnlyOptionWarning
-from iris.warp_width import WarpWidthNote
+from iris.base import warning_site
+from iris.base.launch_options import AMDOnlyOptionWarning
+from iris.language.warp_width import WarpWidthNote
 from tests.launch_option_kernels import scale
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -1,4 +1,4 @@
-"""The heap on CUDA virtual memory (``allocator_type="vmem"``, iris.heap.cuda_vmm) on GPUs: our heap cases on it,
+"""The heap on CUDA virtual memory (``allocator_type="vmem"``, iris.heap.cuda.vmm) on GPUs: our heap cases on it,
 a heap that starts small and grows, outside tensors taken in without a copy, and nothing left after.
 
 The rank functions below run inside each rank (tests.multirank); the tests start them. Run on a GPU machine by
@@ -26,8 +26,9 @@ HEAP_CASES = ["creation_family", "as_remote_host", "free_and_reuse", "broadcast_
 
 # -- in the ranks ---------------------------------------------------------------------------------------
 def grows_and_refuses_beyond_its_reservation():
-    import iris
     from iris.device import HEAP_SIZE_SLOT
+
+    import iris
 
     ctx = iris.iris("2MiB", "vmem")
     bases, first = list(ctx.heap.bases), ctx.heap_size

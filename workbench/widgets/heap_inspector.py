@@ -12,7 +12,7 @@ import html
 
 import ipywidgets as widgets
 
-from iris.sizes import format_size
+from iris.base.sizes import format_size
 
 from ..report import ranks_phrase
 from . import probes

@@ -22,7 +22,7 @@ import uuid
 
 import ipywidgets as widgets
 
-from iris.tracing.timeline import KIND_ORDER, Span, Timeline, format_time
+from iris.instruments.tracing.timeline import KIND_ORDER, Span, Timeline, format_time
 
 from .static import StaticForm
 

@@ -2,7 +2,7 @@
 grouped by host (the groups that map each other's heaps outlined), above the topology's summary.
 
 The matrix is SVG built here, so the widget and the static form (:mod:`.static`) show the same picture; hover
-a cell for :meth:`iris.topology.TopologyMap.explain` of that pair. The view's ``text/plain`` is the headline.
+a cell for :meth:`iris.heap.topology.TopologyMap.explain` of that pair. The view's ``text/plain`` is the headline.
 
 Examples
 --------
@@ -17,8 +17,8 @@ import html
 
 import ipywidgets as widgets
 
-from iris.topology import IntraNodeLinkType, TopologyMap
-from iris.topology.map import rank_runs
+from iris.heap.topology import IntraNodeLinkType, TopologyMap
+from iris.heap.topology.map import rank_runs
 
 from .static import StaticForm
 
@@ -36,19 +36,19 @@ TOP = 24  # the column labels
 
 
 class TopologyView(StaticForm, widgets.VBox):
-    """A :class:`~iris.topology.TopologyMap` as a rank x rank matrix, a legend and its summary.
+    """A :class:`~iris.heap.topology.TopologyMap` as a rank x rank matrix, a legend and its summary.
 
     Parameters
     ----------
-    topology : iris.topology.TopologyMap
+    topology : iris.heap.topology.TopologyMap
 
     Attributes
     ----------
-    topology : iris.topology.TopologyMap
+    topology : iris.heap.topology.TopologyMap
     matrix : ipywidgets.HTML
         The matrix (SVG) and its legend.
     details : ipywidgets.HTML
-        :meth:`~iris.topology.TopologyMap.summary`, hosts and devices.
+        :meth:`~iris.heap.topology.TopologyMap.summary`, hosts and devices.
     """
 
     def __init__(self, topology: TopologyMap):
@@ -72,11 +72,11 @@ def links_present(topology: TopologyMap) -> list[IntraNodeLinkType]:
 
 def matrix_svg(topology: TopologyMap) -> str:
     """The rank x rank matrix as an SVG element: cell (a, b) coloured by ``topology.link(a, b)``, rows labelled
-    with rank and host, each group of :meth:`~iris.topology.TopologyMap.domains` outlined.
+    with rank and host, each group of :meth:`~iris.heap.topology.TopologyMap.domains` outlined.
 
     Examples
     --------
-    >>> from iris.topology import GPUInfo, RankRecord
+    >>> from iris.heap.topology import GPUInfo, RankRecord
     >>> topo = TopologyMap.from_records([RankRecord(GPUInfo.for_cpu_rank(r, "h")) for r in range(2)])
     >>> matrix_svg(topo)[:4]
     '<svg'

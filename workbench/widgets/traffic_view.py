@@ -18,8 +18,8 @@ import html
 import ipywidgets as widgets
 import numpy as np
 
-from iris.sizes import format_size
-from iris.traffic import KINDS, TrafficMatrix
+from iris.base.sizes import format_size
+from iris.instruments.traffic import KINDS, TrafficMatrix
 
 from .static import StaticForm
 

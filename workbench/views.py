@@ -1,0 +1,115 @@
+"""The views of the current workbench, one function each: every rank's buffer, the heap, ``as_remote``, the
+timeline, the bench view, the traffic matrix, the topology (each a widget with a static twin; ``workbench.views``
+functions are re-exported as ``workbench.show``, ``workbench.heap``...).
+
+Examples
+--------
+>>> workbench.show("x")                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from .session import current
+from .traffic_capture import last_view as _traffic_view
+
+
+def show(name: str, **options):
+    """Every rank's copy of tensor ``name`` side by side: a :class:`~workbench.widgets.BufferView`.
+
+    ``name`` may also be an expression (``"x[0]"``); ``options`` go to the view (``max_side``,
+    ``reduction="maxabs"``, ``ranks``). ``%%iris_kernel --show NAME`` refreshes the view after its cell.
+
+    Examples
+    --------
+    >>> workbench.show("x")                          # doctest: +SKIP
+    """
+    from .widgets import BufferView, registry
+
+    return registry.track(("show", name), BufferView(current(), name, **options))
+
+
+def heap():
+    """Every rank's symmetric heap, allocations named after variables: a
+    :class:`~workbench.widgets.HeapInspector`.
+
+    Examples
+    --------
+    >>> workbench.heap()                             # doctest: +SKIP
+    """
+    from .widgets import HeapInspector, registry
+
+    return registry.track(("heap",), HeapInspector(current()))
+
+
+def remote(name: str, rank: int, **options):
+    """Rank ``rank``'s copy of ``name`` read by every rank through ``ctx.as_remote``, with the addresses:
+    a :class:`~workbench.widgets.RemoteView`.
+
+    Examples
+    --------
+    >>> workbench.remote("x", rank=1)                # doctest: +SKIP
+    """
+    from .widgets import RemoteView, registry
+
+    return registry.track(("remote", name, rank), RemoteView(current(), name, rank, **options))
+
+
+def timeline(ranks=None):
+    """When each rank did what in the last traced cell: a :class:`~workbench.widgets.timeline.TimelineView`
+    (one lane per rank or program, bars by kind, release -> acquire arrows, zoom, hover details).
+
+    Trace a cell with ``%%iris_kernel --trace`` (its kernels initialise their device context with
+    ``tracing=True``); ``workbench.tracing.merged_trace(wb, "trace.json")`` writes the same events for Perfetto.
+
+    Examples
+    --------
+    >>> workbench.timeline()                         # doctest: +SKIP
+    """
+    from .tracing import timeline_view
+
+    return timeline_view(current(), ranks=ranks)
+
+
+def bench(candidates, flops=None, bytes=None, peer_bytes=None, **options):  # noqa: A002
+    """Time callables on every rank in step and show how far each is from the GPU: a
+    :class:`~workbench.widgets.roofline_view.BenchView` (table, roofline, times; static form included).
+
+    ``candidates`` maps a label to an expression each rank evaluates to a zero-argument callable; ``flops``,
+    ``bytes`` and ``peer_bytes`` are one call's work. See :func:`workbench.bench_view.bench` and
+    :func:`iris.perf.compare`.
+
+    Examples
+    --------
+    >>> workbench.bench({"iris": "lambda: ctx.ccl.all_reduce(out, inp)", "NCCL": "nccl_all_reduce"},
+    ...                 bytes=2 * inp.nbytes)                                # doctest: +SKIP
+    """
+    from .bench_view import bench as bench_on_ranks
+
+    return bench_on_ranks(candidates, flops, bytes, peer_bytes, **options)
+
+
+def traffic(need=None, launch=None):
+    """The bytes each rank loaded from, stored to and atomically updated at each rank's heap in the last
+    ``%%iris_kernel --traffic`` cell: a :class:`~workbench.widgets.traffic_view.TrafficView` (heat maps and table).
+
+    ``need``: what the operation must move across ranks, bytes or a matrix of :mod:`iris.traffic.minimum`, shown
+    beside what moved; ``launch``: one launch (0: each rank's first), default all of the cell's.
+
+    Examples
+    --------
+    >>> workbench.traffic(need=iris.traffic.minimum.all_gather(X_local.nbytes, 2), launch=0)   # doctest: +SKIP
+    """
+    return _traffic_view(need, launch)
+
+
+def topology():
+    """Who reaches whom among the ranks: a :class:`~workbench.widgets.topology_view.TopologyView` of
+    ``ctx.topology`` (rank x rank matrix coloured by link, ranks by host, the summary line; static form included).
+
+    Examples
+    --------
+    >>> workbench.topology()                         # doctest: +SKIP
+    """
+    from .widgets import TopologyView
+
+    return TopologyView(current().pull("ctx.topology", ranks=[0])[0])
