@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
-from iris.heap.cuda.ipc.fd_exchange import share_fds
-
 from iris.base.distributed import HostGroup
+from iris.heap.cuda.fd_exchange import share_fds
 
 
 def _open_fds() -> set[str]:

@@ -22,10 +22,10 @@ def topology_of_context():
 
 
 def discovered_topology():
-    """``iris.heap.topology.discover`` over the host group alone (no heap), as this rank sees it; rank 0 prints the
+    """``iris.heap.discover.discover`` over the host group alone (no heap), as this rank sees it; rank 0 prints the
     summary."""
     from iris.base.distributed import HostGroup
-    from iris.heap.topology import discover
+    from iris.heap.discover import discover
 
     group = HostGroup.from_environment()
     topo = discover(group, BACKEND)

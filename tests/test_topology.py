@@ -4,15 +4,15 @@ simulating two hosts (IRIS_HOST), and the workbench's view of it."""
 from __future__ import annotations
 
 import pytest
-from iris.heap.cuda.ipc.topology import normalize_pci_bus_id
 
+from iris.heap.cuda.topology import normalize_pci_bus_id
+from iris.heap.discover import TopologyDiscovery
 from iris.heap.topology import (
     FabricInfo,
     GPUInfo,
     InterconnectLevel,
     IntraNodeLinkType,
     RankRecord,
-    TopologyDiscovery,
     TopologyMap,
     this_host,
 )

@@ -34,8 +34,8 @@ from ..base.sizes import parse_size
 from ..ccl import CCL
 from ..ccl.groups import members as ccl_members
 from ..heap import SymmetricHeap, Usage
+from ..heap.discover import discover as discover_topology
 from ..heap.reach import device_bases, unreachable
-from ..heap.topology import discover as discover_topology
 from ..instruments.checking import Race, choose_check
 from ..instruments.tracing import Tracing
 from ..interpret.unmapped_peers import watch as watch_unmapped_peers

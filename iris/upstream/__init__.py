@@ -64,7 +64,7 @@ UPSTREAM_MODULES = {
     "iris.host.memory.tensors": "iris.runtime.tensor_creation",
     "iris.host.memory.symmetric_heap": "iris.heap",
     "iris.host.distributed.helpers": "iris.base.distributed",
-    "iris.host.distributed.topology": "iris.heap.topology",
+    "iris.host.distributed.topology": "iris.heap.discover",
     "iris.host.tracing.events": "iris.language.trace_events",
     "iris.host.tracing.core": "iris.instruments.tracing.host",
     "iris.mem.triton.ops": "iris.language.core",

@@ -1,9 +1,9 @@
-"""Who reaches whom: the topology of a run's ranks (hosts, GPUs, links, fabric domains), upstream Iris's
-``iris.host.distributed.topology`` with its names (``InterconnectLevel``, ``TopologyMap``, ...).
+"""Who reaches whom: the topology of a run's ranks (hosts, GPUs, links, fabric domains), with upstream Iris's names
+(``InterconnectLevel``, ``TopologyMap``, ...).
 
-``levels``: the enums; ``map``: the map and its records; ``discover``: the collective that builds it and
-:func:`this_host`. GPU detection (CUDA driver, NVML) is the CUDA backend's: :mod:`iris.heap.cuda.topology`.
-``ctx.topology`` is the map of a context.
+``levels``: the enums; ``map``: the map and its records; ``host``: :func:`this_host`. The backends fill records in
+(GPU detection, CUDA driver and NVML, is :mod:`iris.heap.cuda.topology`); :mod:`iris.heap.discover`, above them,
+is the collective that builds the map (and upstream's ``TopologyDiscovery``). ``ctx.topology`` is a context's map.
 
 Examples
 --------
@@ -15,11 +15,11 @@ Examples
 2 ranks on 1 host (node-a: ranks 0-1); within a host: NVSWITCH; no fabric domain
 """
 
-from .discover import HOST_VARIABLE, TopologyDiscovery, discover, this_host
+from .host import HOST_VARIABLE, this_host
 from .levels import InterconnectLevel, IntraNodeLinkType
 from .map import FabricInfo, GPUInfo, NodeInfo, RankRecord, TopologyMap
 
 __all__ = [
     "HOST_VARIABLE", "FabricInfo", "GPUInfo", "InterconnectLevel", "IntraNodeLinkType", "NodeInfo", "RankRecord",
-    "TopologyDiscovery", "TopologyMap", "discover", "this_host",
+    "TopologyMap", "this_host",
 ]

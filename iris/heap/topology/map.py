@@ -1,6 +1,6 @@
 """The topology map: for every pair of ranks, whether one maps the other's heap and how they are linked.
 
-Built from one :class:`RankRecord` per rank (what :func:`iris.heap.topology.discover` gathers, or hand-made in tests).
+Built from one :class:`RankRecord` per rank (what :func:`iris.heap.discover.discover` gathers, or hand-made in tests).
 Upstream Iris's classes and methods keep their names and meaning (:class:`FabricInfo`, :class:`GPUInfo`,
 :class:`NodeInfo`, :class:`TopologyMap` with ``get_interconnect_level``, ``get_node_peers``, ...); ours answer
 the questions the heap and the workbench ask: :meth:`TopologyMap.can_map`, :meth:`~TopologyMap.link`,

@@ -1,13 +1,12 @@
 """Discovery: every rank reports its host and device, and every rank builds the same :class:`TopologyMap`.
 
-Which host a rank is on is :func:`this_host`: ``IRIS_HOST`` when set, else the machine's hostname.
-``IRIS_HOST`` is a launch option for tests and simulation: ranks on one machine given different values behave
-as if on different hosts (their heaps are not mapped to each other, and the map says "network only").
+Here, above the heap's backends, because a rank on the CUDA backend asks :mod:`iris.heap.cuda.topology` for its
+GPU and links; the map and its records (:mod:`iris.heap.topology`) sit below the backends, which fill them in.
+This module is upstream Iris's ``iris.host.distributed.topology``: it holds upstream's names of that module too
+(``TopologyDiscovery``, ``TopologyMap``, ``InterconnectLevel``...).
 
 Examples
 --------
->>> this_host() == (os.environ.get("IRIS_HOST") or socket.gethostname())
-True
 >>> topo = discover(group, "cpu")    # collective: every rank calls it    # doctest: +SKIP
 >>> topo.domains()                                     # doctest: +SKIP
 [[0, 1], [2, 3]]
@@ -16,32 +15,21 @@ True
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any
 
-from .levels import InterconnectLevel
-from .map import GPUInfo, RankRecord, TopologyMap
+from .topology import (
+    HOST_VARIABLE,
+    FabricInfo,
+    GPUInfo,
+    InterconnectLevel,
+    IntraNodeLinkType,
+    NodeInfo,
+    RankRecord,
+    TopologyMap,
+    this_host,
+)
 
-HOST_VARIABLE = "IRIS_HOST"
 INFINIBAND_DIR = "/sys/class/infiniband"
-
-
-def this_host() -> str:
-    """The host this process counts as on: ``$IRIS_HOST`` if set (simulation, see the module), else
-    ``socket.gethostname()``.
-
-    Examples
-    --------
-    >>> isinstance(this_host(), str)
-    True
-    """
-    if HOST_VARIABLE not in os.environ:
-        return socket.gethostname()
-    host = os.environ[HOST_VARIABLE].strip()
-    if not host:
-        raise ValueError(f"{HOST_VARIABLE} is set but empty in rank {os.environ.get('RANK', '?')}'s environment: "
-                         f"give it a host name, or unset it to use this machine's ({socket.gethostname()})")
-    return host
 
 
 def infiniband_devices() -> list[str]:
@@ -58,7 +46,7 @@ def local_record(rank: int, backend: str) -> RankRecord:
     if backend == "cpu":
         record = RankRecord(GPUInfo.for_cpu_rank(rank, host))
     elif backend == "cuda":
-        from ..cuda.topology import local_gpu_record  # backend-specific detection lives there
+        from .cuda.topology import local_gpu_record  # backend-specific detection lives there
 
         record = local_gpu_record(rank, host)
     else:
@@ -102,8 +90,8 @@ class TopologyDiscovery:
 
     def __init__(self, iris_ctx=None):
         if iris_ctx is None:
-            from ...base.backend import choose_backend
-            from ...base.distributed import HostGroup
+            from ..base.backend import choose_backend
+            from ..base.distributed import HostGroup
 
             self._group, self._backend = HostGroup.from_environment(), choose_backend(None)
         else:
@@ -155,3 +143,9 @@ class TopologyDiscovery:
             raise RuntimeError(f"rank {self.rank}: call discover() (collectively, on every rank) before asking "
                                "for the communication groups or the heap plan")
         return self._topology
+
+
+__all__ = [
+    "HOST_VARIABLE", "FabricInfo", "GPUInfo", "InterconnectLevel", "IntraNodeLinkType", "NodeInfo", "RankRecord",
+    "TopologyDiscovery", "TopologyMap", "discover", "this_host",
+]
