@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(DOCS))
 os.environ.setdefault("IRIS_BACKEND", "cpu")  # the lessons (and autodoc's imports) run on the CPU backend
 
+import layers_picture  # noqa: E402  (docs/layers_picture.py: the architecture page's picture, from the contracts)
 import stage_lessons  # noqa: E402  (docs/stage_lessons.py, next to this file)
 
 project = "iris-workbench"
@@ -58,6 +59,7 @@ napoleon_numpy_docstring = True
 napoleon_use_rtype = False
 
 stage_lessons.stage()
+layers_picture.draw()
 
 
 def triton_function(obj):

@@ -130,7 +130,20 @@ def test_site_builds_and_shows_the_pictures_offline(browser):
     refused = open_offline(browser, SITE / "lessons" / f"{QUICKSTART}.html",
                            lambda page: (check_rank_pictures(page), check_solution_folded(page)))
     refused += open_offline(browser, SITE / "lessons" / f"{TIMELINE}.html", check_timeline)
+    refused += open_offline(browser, SITE / "architecture.html", check_architecture)
     assert not refused, f"the site's pages asked the network for {refused}"
+
+
+def check_architecture(page) -> None:
+    """The architecture page: its picture of the layers drawn, and every layer of pyproject.toml's contract named."""
+    import tomllib
+
+    picture = page.locator("img[src*='layers']")
+    assert picture.count() == 1 and picture.evaluate("img => img.complete && img.naturalWidth > 0"), "no picture"
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c["layers"] for c in contracts if c.get("containers") == ["iris"])
+    text = page.inner_text("main")
+    assert all(f"iris.{layer}" in text for layer in layers), [layer for layer in layers if f"iris.{layer}" not in text]
 
 
 @pytest.mark.parametrize("stem,check", [(QUICKSTART, check_rank_pictures), (TIMELINE, check_timeline)],
