@@ -158,7 +158,7 @@ def test_a_lesson_grows_a_small_heap():
 
 def test_as_symmetric_shares_virtual_memory():
     for rank, r in enumerate(run_ranks(WORLD, f"{__name__}:takes_in_an_outside_tensor", env=EXPANDABLE)):
-        assert r["shared"] and r["same_memory"] and r["located"] == (123,), r
+        assert r["shared"] and r["same_memory"] and r["located"] == [123], r  # JSON: the tuple comes back a list
         assert r["from_peer"] == (rank + 1) % WORLD + 7.0
 
 

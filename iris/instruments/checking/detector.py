@@ -52,16 +52,17 @@ from .shadow import (
 # Threads (vector clock entries) per rank: programs of a launch beyond this many share one (see clocks.py).
 PROGRAM_SLOTS = 64
 
-_IRIS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Frames that are not the user's kernel source: Triton, the interpreter adapter, the checker, and iris's device
+_IRIS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # iris/instruments/checking/..
+# Frames that are not the user's kernel source: Triton, the interpreter adapter, the instruments, and iris's device
 # API (iris.store called from a kernel is reported at the kernel's line).
 _NOT_KERNEL_SOURCE = (
     os.path.dirname(os.path.abspath(triton.__file__)) + os.sep,
     os.path.join(_IRIS, "interpret") + os.sep,
-    os.path.join(_IRIS, "checking") + os.sep,
-    os.path.join(_IRIS, "tracing") + os.sep,
-    os.path.join(_IRIS, "device.py"),
-    os.path.join(_IRIS, "gluon.py"),
+    os.path.join(_IRIS, "instruments") + os.sep,
+    os.path.join(_IRIS, "language", "core.py"),
+    os.path.join(_IRIS, "language", "gluon.py"),
+    os.path.join(_IRIS, "language", "tracing.py"),
+    os.path.join(_IRIS, "language", "trace_events.py"),
 )
 
 _ACQUIRES = ("acquire", "acq_rel")
