@@ -34,6 +34,7 @@ from .gluon_layouts import flat_layout, warp_threads
 from .groups import GroupContext, kernel_members
 from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
 from .launch import block_size, cdiv, check_tensors, hint, overlaps, programs
+from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
 
 
@@ -140,6 +141,8 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     if overlaps(output_tensor, input_tensor) and input_tensor.data_ptr() != own_slice:
         raise ValueError(f"rank {ctx.cur_rank}: all_gather input overlaps the output other than as this rank's "
                          f"slice out[{rank} * M:{rank + 1} * M]; use that slice or a separate tensor")
+    config = tuned_config(ctx, "all_gather", config, input_tensor, group_of_call,
+                          scratch_runner(ctx, all_gather, output_tensor, input_tensor, group=group)).with_defaults()
     block = block_size(ctx, config)
     grid = programs(ctx, config, cdiv(n, block))
     variant = choose_gather_variant(config.all_gather_variant, n * input_tensor.element_size(), world)

@@ -50,6 +50,7 @@ from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_
 from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
 from .reduce_scatter import SLOTS as TWO_SHOT_SLOTS
 from .reduce_scatter import chunk_size, launch_reduce_chunks, launch_shape
+from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
 
 RING_FROM_BYTES, RING_FROM_WORLD = 16 << 20, 4  # ring for large tensors on 4 ranks or more, else two_shot
@@ -233,8 +234,9 @@ def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace
     --------
     >>> ws = iris.ccl.all_reduce_preamble(out, inp, ctx)    # doctest: +SKIP
     """
-    config = config or Config()
     group_of_call = group if isinstance(group, Members) else kernel_members(ctx, group, "all_reduce")
+    config = tuned_config(ctx, "all_reduce", config, input_tensor, group_of_call,
+                          scratch_runner(ctx, all_reduce, output_tensor, input_tensor, group=group)).with_defaults()
     n, world = input_tensor.numel(), group_of_call.size
     variant = config.all_reduce_variant or choose_variant(n * input_tensor.element_size(), world)
     block = block_size(ctx, config)
@@ -265,6 +267,7 @@ def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace
 def spinlock_tile(config: Config) -> int:
     """Elements of one tile (one lock) of the spinlock variant: upstream's ``block_size_m x block_size_n``
     tile, flattened."""
+    config = config.with_defaults()
     return config.block_size_m * config.block_size_n
 
 
@@ -328,6 +331,8 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
     refuse_gluon(ctx, config, "all_reduce")
     group_of_call = kernel_members(ctx, group, "all_reduce")
     check_tensors(ctx, "all_reduce", output_tensor, input_tensor, reduce=True)
+    config = tuned_config(ctx, "all_reduce", config, input_tensor, group_of_call,
+                          scratch_runner(ctx, all_reduce, output_tensor, input_tensor, group=group)).with_defaults()
     workspace = all_reduce_preamble(output_tensor, input_tensor, ctx, config, workspace, group_of_call)
     variant = workspace.key[1]
     if overlaps(output_tensor, input_tensor) and (
