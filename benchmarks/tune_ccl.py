@@ -30,13 +30,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.results import environment, write_section  # noqa: E402
 from iris.ccl import Config, tuning  # noqa: E402
-from iris.ccl.all_gather import choose_gather_variant  # noqa: E402
-from iris.ccl.all_reduce import choose_variant  # noqa: E402
 from iris.ccl.groups import members  # noqa: E402
+from iris.ccl.rules import choose_gather_variant, choose_variant  # noqa: E402
 from iris.instruments.replay import replay_time  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
-SIZES = {  # bytes: all_reduce's and reduce_scatter's input, all_gather's output, each rank's all_to_all input
+SIZES = {  # bytes: all_reduce's and reduce_scatter's input (and output), all_gather's output, all_to_all's input
     "all_reduce": [8 * KiB, 32 * KiB, 128 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB],
     "all_gather": [8 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB],
     "reduce_scatter": [8 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB],
@@ -50,13 +49,11 @@ def tensors(ctx, collective: str, nbytes: int, dtype: torch.dtype, world: int):
     """(out, inp) of one call of ``collective`` at size ``nbytes``."""
     n = max(world, nbytes // dtype.itemsize // world * world)
     if collective == "all_gather":
-        return ctx.zeros(n, dtype=dtype), ctx.randn(n // world, dtype=dtype)
-    if collective == "reduce_scatter":
-        return ctx.zeros(n // world, dtype=dtype), ctx.randn(n, dtype=dtype)
+        return ctx.zeros(n, dtype=dtype), ctx.ones(n // world, dtype=dtype)
     if collective == "all_to_all":
         rows = max(1, n // ROW)
-        return ctx.zeros(rows, ROW, dtype=dtype), ctx.randn(rows, ROW, dtype=dtype)
-    return ctx.zeros(n, dtype=dtype), ctx.randn(n, dtype=dtype)
+        return ctx.zeros(rows, ROW, dtype=dtype), ctx.ones(rows, ROW, dtype=dtype)
+    return ctx.zeros(n, dtype=dtype), ctx.ones(n, dtype=dtype)
 
 
 def rule_config(ctx, collective: str, inp, world: int) -> Config:
@@ -74,7 +71,9 @@ def rule_config(ctx, collective: str, inp, world: int) -> Config:
 
 
 def call(ctx, collective: str, out, inp, config: Config):
-    return getattr(iris.ccl, collective)(out, inp, ctx, config=config)
+    """One call through ``ctx.ccl``, which keeps its workspace (so calls after the first allocate nothing and a
+    CUDA graph can capture them)."""
+    return getattr(ctx.ccl, collective)(out, inp, config=config)
 
 
 def tune_point(ctx, collective: str, dtype: torch.dtype, nbytes: int, world: int, gpu: str) -> tuple[dict, str]:
@@ -92,6 +91,18 @@ def tune_point(ctx, collective: str, dtype: torch.dtype, nbytes: int, world: int
     line = (f"| {collective} | {str(dtype).split('.')[-1]} | {nbytes // KiB} KiB | {rule_us:.1f} | {tuned_us:.1f} | "
             f"{rule_us / tuned_us:.2f}x | {', '.join(f'{k}={v}' for k, v in chosen.items())} |")
     return row, line
+
+
+def write(rows: list[dict], lines: list[str], world: int, gpu: str, ship: bool) -> None:
+    """The RESULTS.md section of this world size and GPU; the shipped table too, unless ``ship`` is False."""
+    header = ("| collective | dtype | size | size rules (µs) | tuned (µs) | speed-up | chosen |\n"
+              "|---|---|---|---|---|---|---|")
+    write_section(f"Tuned collectives on {world}x {gpu}",
+                  f"{environment()}\n\n`benchmarks/tune_ccl.py`: each point's variant, block, grid and warps chosen by "
+                  "the tuner (iris.ccl.tuning), beside the size rules alone (the defaults before tables), CUDA-graph "
+                  "timed, slowest rank.\n\n" + header + "\n" + "\n".join(lines))
+    if ship:
+        print(f"table: {tuning.ship(rows, gpu)}", flush=True)
 
 
 def main() -> None:
@@ -112,22 +123,14 @@ def main() -> None:
     rows, lines = [], []
     for collective in args.collectives.split(","):
         for dtype_name in args.dtypes.split(","):
-            dtype = DTYPES[dtype_name]
             for nbytes in SIZES[collective]:
-                row, line = tune_point(ctx, collective, dtype, nbytes, world, gpu)
+                row, line = tune_point(ctx, collective, DTYPES[dtype_name], nbytes, world, gpu)
                 rows.append(row)
                 lines.append(line)
                 if rank == 0:
                     print(line, flush=True)
-    if rank == 0:
-        header = ("| collective | dtype | size | size rules (µs) | tuned (µs) | speed-up | chosen |\n"
-                  "|---|---|---|---|---|---|---|")
-        write_section(f"Tuned collectives on {world}x {gpu}",
-                      f"{environment()}\n\n`benchmarks/tune_ccl.py`: each point's variant, block, grid and warps "
-                      "chosen by the tuner (iris.ccl.tuning), beside the size rules alone (the defaults before "
-                      "tables), CUDA-graph timed, slowest rank.\n\n" + header + "\n" + "\n".join(lines))
-        if not args.no_ship:
-            print(f"table: {tuning.ship(rows, gpu)}", flush=True)
+        if rank == 0:  # after each collective: a run cut short keeps what it measured
+            write(rows, lines, world, gpu, ship=not args.no_ship)
     dist.barrier()
     dist.destroy_process_group()
 

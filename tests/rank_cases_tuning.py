@@ -84,3 +84,34 @@ def autotune_off_uses_the_nearest_world(table_dir):
     said = _tuning_warnings(lambda: workspace.setdefault("ws", ctx.ccl.all_reduce(out, inp)))
     return {"said": said, "choice": _choice(workspace["ws"]),
             "ok": bool(torch.equal(out, torch.full_like(out, float(ctx.get_num_ranks()))))}
+
+
+def _tune_on_gpu(ctx, collective: str, out, inp) -> dict:
+    function = getattr(iris.ccl, collective)
+    refused = _tuning_warnings(lambda: function(out, inp, ctx, config=Config.autotune()))
+    os.environ["IRIS_AUTOTUNE_ANYWAY"] = "1"
+    out.zero_()
+    workspace = function(out, inp, ctx, config=Config.autotune())
+    os.environ.pop("IRIS_AUTOTUNE_ANYWAY")
+    torch.cuda.synchronize()
+    expected = float(ctx.get_num_ranks()) if collective in ("all_reduce", "reduce_scatter") else 1.0
+    if collective == "reduce_scatter":  # this rank's range of the output holds the sum
+        start, end = iris.ccl.owned_range(out.numel(), ctx.get_rank(), ctx.get_num_ranks())
+        out = out[start:end]
+    return {"refused": refused, "key": [str(part) for part in workspace.key],
+            "ok": bool(torch.all(out == expected).item())}
+
+
+def autotune_on_gpu_ranks_sharing_one_gpu():
+    """On ranks that share one GPU: Config.autotune() is refused, saying so; made to run anyway, the tuner times
+    its candidates as CUDA-graph replays and every rank runs rank 0's winner; each collective stays right."""
+    ctx = iris.iris("1GiB", backend="cuda")
+    world = ctx.get_num_ranks()
+    results = {
+        "all_reduce": _tune_on_gpu(ctx, "all_reduce", ctx.zeros(1 << 16), ctx.ones(1 << 16)),
+        "all_gather": _tune_on_gpu(ctx, "all_gather", ctx.zeros(world << 14), ctx.ones(1 << 14)),
+        "reduce_scatter": _tune_on_gpu(ctx, "reduce_scatter", ctx.zeros(world << 14), ctx.ones(world << 14)),
+        "all_to_all": _tune_on_gpu(ctx, "all_to_all", ctx.zeros(64, 256 * world), ctx.ones(64, 256 * world)),
+    }
+    ctx.barrier()
+    return results

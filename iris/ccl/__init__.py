@@ -35,12 +35,13 @@ Examples
 """
 
 from .all_gather import all_gather
-from .all_reduce import all_reduce, all_reduce_preamble, choose_variant
+from .all_reduce import all_reduce, all_reduce_preamble
 from .all_to_all import all_to_all
 from .barrier import device_barrier
 from .config import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config, ReduceOp
 from .namespace import CCL
 from .reduce_scatter import owned_range, reduce_scatter
+from .rules import choose_variant
 from .tuning import TuningWarning, env_autotune
 from .workspace import Work, Workspace
 

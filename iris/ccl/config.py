@@ -61,7 +61,7 @@ class Config:
     ----------
     all_reduce_variant : {None, "one_shot", "two_shot", "ring", "atomic", "spinlock"}
         None: chosen by measurement for this GPU and world size (:mod:`iris.ccl.tuning`), else by size (see
-        :func:`iris.ccl.all_reduce.choose_variant`). Every field left None is chosen so; a field set is kept.
+        :func:`iris.ccl.rules.choose_variant`). Every field left None is chosen so; a field set is kept.
     block_size : int, optional
         Elements one program moves per step of the flat (1-D) kernels: a power of two from 16 (the 16-element
         alignment of remote accesses) to 2**20 (Triton's largest block), as the kernels' ``tl.arange`` needs.
@@ -85,7 +85,7 @@ class Config:
         which only prepares a workspace, takes it, as upstream's does); the device barrier takes no config.
     all_gather_variant : {None, "push", "pull", "persistent", "partitioned"}
         "push" or "pull" picks the algorithm; None and upstream's names pick by size (see
-        :func:`iris.ccl.all_gather.choose_gather_variant`).
+        :func:`iris.ccl.rules.choose_gather_variant`).
     reduce_scatter_variant : {"two_shot"}
         The only reduce_scatter algorithm, as upstream.
     swizzle_size, num_xcds, chunk_size, all_reduce_distribution, all_reduce_num_rings, all_reduce_ring_slice_n
