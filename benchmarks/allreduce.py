@@ -42,8 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.results import environment, write_section  # noqa: E402
 from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config  # noqa: E402
-from iris.ccl.all_reduce import RING_FROM_BYTES, RING_FROM_WORLD  # noqa: E402
 from iris.ccl.inbox import INBOX_BYTES  # noqa: E402
+from iris.ccl.rules import RING_FROM_BYTES, RING_FROM_WORLD  # noqa: E402
 from iris.perf import replay_time  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30

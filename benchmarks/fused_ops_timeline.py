@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.allreduce import measure  # noqa: E402
 from benchmarks.fused_ops import CALLS, OPS, operands  # noqa: E402
-from iris.perf.replay import capture  # noqa: E402
+from iris.instruments.replay import capture  # noqa: E402
 
 NVML_CLOCK_SM = 1
 

@@ -12,7 +12,7 @@ import pytest
 
 import iris
 from iris.ccl import Config, choose_variant, owned_range
-from iris.ccl.all_gather import choose_gather_variant
+from iris.ccl.rules import choose_gather_variant
 
 from .multirank import run_ranks
 

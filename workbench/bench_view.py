@@ -128,7 +128,7 @@ def measure_on_rank(expressions: dict, flops, nbytes, peer_bytes, options: dict)
     import torch
 
     import iris
-    from iris.perf.replay import everyone
+    from iris.instruments.replay import everyone
 
     from .widgets.probes import lookup
 

@@ -35,16 +35,22 @@ Examples
 """
 
 from .all_gather import all_gather
-from .all_reduce import all_reduce, all_reduce_preamble, choose_variant
+from .all_reduce import all_reduce, all_reduce_preamble
 from .all_to_all import all_to_all
 from .barrier import device_barrier
 from .config import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config, ReduceOp
 from .namespace import CCL
 from .reduce_scatter import owned_range, reduce_scatter
+from .rules import choose_variant
+from .tuning import TuningWarning, env_autotune
 from .workspace import Work, Workspace
 
+# Upstream Iris's switch: whether a call whose GPU and world size the shipped tables lack tunes its unset Config
+# fields at its first shape (iris.ccl.tuning). Starts from IRIS_AUTOTUNE; a program may set it.
+AUTOTUNE = env_autotune()
+
 __all__ = [
-    "ALL_GATHER_VARIANTS", "ALL_REDUCE_VARIANTS", "CCL", "Config", "ReduceOp", "Work", "Workspace", "all_gather",
-    "all_reduce", "all_reduce_preamble", "all_to_all", "choose_variant", "device_barrier", "owned_range",
-    "reduce_scatter",
+    "ALL_GATHER_VARIANTS", "ALL_REDUCE_VARIANTS", "AUTOTUNE", "CCL", "Config", "ReduceOp", "TuningWarning", "Work",
+    "Workspace", "all_gather", "all_reduce", "all_reduce_preamble", "all_to_all", "choose_variant", "device_barrier",
+    "owned_range", "reduce_scatter",
 ]

@@ -27,29 +27,16 @@ import triton
 import triton.language as tl
 
 from ..language.sync import exchange
-from .config import ALL_GATHER_VARIANTS, Config
+from .config import Config
 from .fast_path import call_key, launch, replay
 from .flag_slots import ARRIVED, DONE, SLOTS
 from .gluon_layouts import flat_layout, warp_threads
 from .groups import GroupContext, kernel_members
-from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
+from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row
 from .launch import block_size, cdiv, check_tensors, hint, overlaps, programs
+from .rules import choose_gather_variant
+from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
-
-
-def choose_gather_variant(requested: str | None, nbytes: int, world: int) -> str:
-    """The all_gather algorithm: ``requested`` if it is ours, else push while ``nbytes * (world - 1) <= 4 MiB``
-    (``nbytes``: one rank's input; :func:`iris.ccl.inbox.use_inbox`), else pull. Upstream's names
-    ("persistent", "partitioned": work distributions of its tiled AMD kernels) also pick by size.
-
-    Examples
-    --------
-    >>> choose_gather_variant(None, 1 << 20, 4), choose_gather_variant("partitioned", 2 << 20, 4)
-    ('push', 'pull')
-    """
-    if requested in ALL_GATHER_VARIANTS:
-        return requested
-    return "push" if use_inbox(nbytes, world) else "pull"
 
 
 @triton.jit
@@ -140,6 +127,8 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     if overlaps(output_tensor, input_tensor) and input_tensor.data_ptr() != own_slice:
         raise ValueError(f"rank {ctx.cur_rank}: all_gather input overlaps the output other than as this rank's "
                          f"slice out[{rank} * M:{rank + 1} * M]; use that slice or a separate tensor")
+    config = tuned_config(ctx, "all_gather", config, input_tensor, group_of_call,
+                          scratch_runner(ctx, all_gather, output_tensor, input_tensor, group=group)).with_defaults()
     block = block_size(ctx, config)
     grid = programs(ctx, config, cdiv(n, block))
     variant = choose_gather_variant(config.all_gather_variant, n * input_tensor.element_size(), world)

@@ -46,35 +46,16 @@ from ..language.sync import exchange, flag_of, signal, wait_for
 from .config import MIN_BLOCK, Config, refuse_gluon
 from .fast_path import call_key, launch, replay
 from .groups import GroupContext, Members, kernel_members
-from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row, use_inbox
+from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row
 from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
 from .reduce_scatter import SLOTS as TWO_SHOT_SLOTS
 from .reduce_scatter import chunk_size, launch_reduce_chunks, launch_shape
+from .rules import choose_variant
+from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
 
-RING_FROM_BYTES, RING_FROM_WORLD = 16 << 20, 4  # ring for large tensors on 4 ranks or more, else two_shot
 IN_PLACE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock")
 ADDED = tl.constexpr(0)  # atomic's flag slot
-
-
-def choose_variant(nbytes: int, world: int) -> str:
-    """The size rule: one_shot while ``nbytes * (world - 1) <= 4 MiB`` (:func:`iris.ccl.inbox.use_inbox`);
-    above, ring from 16 MiB on 4 ranks or more, else two_shot.
-
-    Measured on H200s (2026-11-21, benchmarks/RESULTS.md): on 4 GPUs ring beat two_shot from 64 MiB (fp32
-    1 GiB: 336 against 319 GB/s bus bandwidth) and was within 6% of it at 16 MiB (faster in fp32, slower in
-    bf16); on 2 GPUs two_shot was as fast or faster at every size above one_shot's.
-
-    Examples
-    --------
-    >>> choose_variant(4 << 20, 2), choose_variant(1 << 20, 8), choose_variant(64 << 20, 2)
-    ('one_shot', 'two_shot', 'two_shot')
-    >>> choose_variant(64 << 20, 4)
-    'ring'
-    """
-    if use_inbox(nbytes, world):
-        return "one_shot"
-    return "ring" if world >= RING_FROM_WORLD and nbytes >= RING_FROM_BYTES else "two_shot"
 
 
 # ---------------------------------------------------------------------------------------------- one_shot
@@ -233,8 +214,9 @@ def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace
     --------
     >>> ws = iris.ccl.all_reduce_preamble(out, inp, ctx)    # doctest: +SKIP
     """
-    config = config or Config()
     group_of_call = group if isinstance(group, Members) else kernel_members(ctx, group, "all_reduce")
+    config = tuned_config(ctx, "all_reduce", config, input_tensor, group_of_call,
+                          scratch_runner(ctx, all_reduce, output_tensor, input_tensor, group=group)).with_defaults()
     n, world = input_tensor.numel(), group_of_call.size
     variant = config.all_reduce_variant or choose_variant(n * input_tensor.element_size(), world)
     block = block_size(ctx, config)
@@ -265,6 +247,7 @@ def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace
 def spinlock_tile(config: Config) -> int:
     """Elements of one tile (one lock) of the spinlock variant: upstream's ``block_size_m x block_size_n``
     tile, flattened."""
+    config = config.with_defaults()
     return config.block_size_m * config.block_size_n
 
 
@@ -328,6 +311,8 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
     refuse_gluon(ctx, config, "all_reduce")
     group_of_call = kernel_members(ctx, group, "all_reduce")
     check_tensors(ctx, "all_reduce", output_tensor, input_tensor, reduce=True)
+    config = tuned_config(ctx, "all_reduce", config, input_tensor, group_of_call,
+                          scratch_runner(ctx, all_reduce, output_tensor, input_tensor, group=group)).with_defaults()
     workspace = all_reduce_preamble(output_tensor, input_tensor, ctx, config, workspace, group_of_call)
     variant = workspace.key[1]
     if overlaps(output_tensor, input_tensor) and (

@@ -23,6 +23,7 @@ from .flag_slots import ARRIVED, DONE, SLOTS
 from .gluon_layouts import tile_layout, warp_threads
 from .groups import GroupContext, kernel_members
 from .launch import cdiv, check_tensors, overlaps, programs
+from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
 
 
@@ -98,6 +99,8 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     if overlaps(output_tensor, input_tensor):
         raise ValueError(f"rank {rank}: all_to_all output overlaps the input: peers still read the input while "
                          "the output is written; use a separate tensor")
+    config = tuned_config(ctx, "all_to_all", config, input_tensor, group_of_call,
+                          scratch_runner(ctx, all_to_all, output_tensor, input_tensor, group=group)).with_defaults()
     M, N = input_tensor.shape[0], input_tensor.shape[1] // world
     bm, bn = config.block_size_m, config.block_size_n
     grid = programs(ctx, config, cdiv(M, bm) * cdiv(N, bn))

@@ -13,7 +13,7 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from triton.language import TRITON_MAX_TENSOR_NUMEL
@@ -25,6 +25,8 @@ MIN_BLOCK = 16  # remote accesses are hinted 16-aligned
 MAX_BLOCK = TRITON_MAX_TENSOR_NUMEL  # the most elements of one block (2**20 in triton 3.6 to 3.9)
 MAX_WARPS = 32  # 1024 threads, CUDA's largest block
 GLUON_COLLECTIVES = ("all_gather", "all_to_all")  # those with Gluon kernels (Config.use_gluon)
+# What a field left unset (None) becomes where no tuning, cache or table chose it (iris.ccl.tuning).
+DEFAULTS = {"num_warps": 8, "block_size_m": 32, "block_size_n": 64}
 
 
 def is_power_of_two(value: int) -> bool:
@@ -58,21 +60,23 @@ class Config:
     Parameters
     ----------
     all_reduce_variant : {None, "one_shot", "two_shot", "ring", "atomic", "spinlock"}
-        None picks by size (see :func:`iris.ccl.all_reduce.choose_variant`).
+        None: chosen by measurement for this GPU and world size (:mod:`iris.ccl.tuning`), else by size (see
+        :func:`iris.ccl.rules.choose_variant`). Every field left None is chosen so; a field set is kept.
     block_size : int, optional
         Elements one program moves per step of the flat (1-D) kernels: a power of two from 16 (the 16-element
         alignment of remote accesses) to 2**20 (Triton's largest block), as the kernels' ``tl.arange`` needs.
         Default: 4096 on a GPU, 1024 on the CPU interpreter (whose cost is per operation, not per element).
-    block_size_m, block_size_n : int
-        Tile of the 2-D all_to_all kernel, and the tile (flattened: ``block_size_m * block_size_n`` elements,
-        one lock each) of the spinlock all-reduce; powers of two whose product is at most 2**20. all_gather's kernels,
-        Gluon's too, move flat blocks of ``block_size`` (upstream's Gluon all_gather tiles by these instead).
+    block_size_m, block_size_n : int, optional
+        Tile of the 2-D all_to_all kernel (default 32 x 64), and the tile (flattened: ``block_size_m *
+        block_size_n`` elements, one lock each) of the spinlock all-reduce; powers of two whose product is at most
+        2**20. all_gather's kernels, Gluon's too, move flat blocks of ``block_size`` (upstream's Gluon all_gather tiles
+        by these instead).
     comm_sms : int, optional
         Most programs a collective launches. Kernels wait on other ranks, so every program must be resident
         at once: at most the SM count on a GPU (default: the SM count; 2 on the CPU interpreter).
-    num_warps : int
-        Warps per program on a GPU: a power of two up to 32 (Triton's rule; 32 warps fill a CUDA block of 1024
-        threads). Checked on every backend, so that what runs on the CPU also runs on a GPU.
+    num_warps : int, optional
+        Warps per program on a GPU (default 8): a power of two up to 32 (Triton's rule; 32 warps fill a CUDA block
+        of 1024 threads). Checked on every backend, so that what runs on the CPU also runs on a GPU.
     use_gluon : bool
         True: all_gather and all_to_all run as Gluon kernels (:mod:`iris.ccl.gluon_all_gather`,
         :mod:`iris.ccl.gluon_all_to_all`), with the same algorithms, arguments and results as the Triton ones,
@@ -81,7 +85,7 @@ class Config:
         which only prepares a workspace, takes it, as upstream's does); the device barrier takes no config.
     all_gather_variant : {None, "push", "pull", "persistent", "partitioned"}
         "push" or "pull" picks the algorithm; None and upstream's names pick by size (see
-        :func:`iris.ccl.all_gather.choose_gather_variant`).
+        :func:`iris.ccl.rules.choose_gather_variant`).
     reduce_scatter_variant : {"two_shot"}
         The only reduce_scatter algorithm, as upstream.
     swizzle_size, num_xcds, chunk_size, all_reduce_distribution, all_reduce_num_rings, all_reduce_ring_slice_n
@@ -96,6 +100,9 @@ class Config:
     waves_per_eu : int
         An AMD occupancy hint (>= 0; 0: the compiler chooses). NVIDIA GPUs and the CPU have no such knob:
         without effect here.
+    tune : bool
+        True (what :meth:`autotune` gives): the fields left None are tuned at this call's first shape, whatever
+        the shipped table says (:mod:`iris.ccl.tuning`).
 
     Examples
     --------
@@ -105,10 +112,10 @@ class Config:
 
     all_reduce_variant: str | None = None
     block_size: int | None = None
-    block_size_m: int = 32
-    block_size_n: int = 64
+    block_size_m: int | None = None
+    block_size_n: int | None = None
     comm_sms: int | None = None
-    num_warps: int = 8
+    num_warps: int | None = None
     use_gluon: bool = False
     reduce_scatter_variant: str = "two_shot"
     swizzle_size: int = 6
@@ -121,6 +128,30 @@ class Config:
     num_stages: int = 1
     threads_per_warp: int = 64
     waves_per_eu: int = 0
+    tune: bool = field(default=False, repr=False)
+
+    @classmethod
+    def autotune(cls, **fixed) -> Config:
+        """A config whose unset fields are tuned at the first call of each shape (upstream Iris's
+        ``Config.autotune()``); ``fixed`` fields are kept.
+
+        Examples
+        --------
+        >>> Config.autotune(num_warps=4).tune, Config.autotune(num_warps=4).num_warps
+        (True, 4)
+        """
+        return cls(**fixed, tune=True)
+
+    def with_defaults(self) -> Config:
+        """This config with :data:`DEFAULTS` in the fields still unset.
+
+        Examples
+        --------
+        >>> Config().with_defaults().num_warps
+        8
+        """
+        unset = {name: value for name, value in DEFAULTS.items() if getattr(self, name) is None}
+        return replace(self, **unset) if unset else self
 
     def __post_init__(self):
         if self.all_reduce_variant not in (None, *ALL_REDUCE_VARIANTS):
@@ -144,14 +175,15 @@ class Config:
                              "for instance")
         for name in ("block_size_m", "block_size_n"):
             value = getattr(self, name)
-            if not is_power_of_two(value):
+            if value is not None and not is_power_of_two(value):
                 raise ValueError(f"Config({name}={value}): all_to_all's tile (tl.arange) needs a power of two; use "
                                  f"{nearest_power_of_two(value)} for instance")
-        if self.block_size_m * self.block_size_n > MAX_BLOCK:
-            raise ValueError(f"Config(block_size_m={self.block_size_m}, block_size_n={self.block_size_n}): a tile of "
-                             f"{self.block_size_m * self.block_size_n} elements is over Triton's {MAX_BLOCK}; use "
-                             "smaller tiles")
-        if not (is_power_of_two(self.num_warps) and self.num_warps <= MAX_WARPS):
+        tile_m, tile_n = (DEFAULTS[name] if getattr(self, name) is None else getattr(self, name)
+                          for name in ("block_size_m", "block_size_n"))
+        if tile_m * tile_n > MAX_BLOCK:
+            raise ValueError(f"Config(block_size_m={tile_m}, block_size_n={tile_n}): a tile of {tile_m * tile_n} "
+                             f"elements is over Triton's {MAX_BLOCK}; use smaller tiles")
+        if self.num_warps is not None and not (is_power_of_two(self.num_warps) and self.num_warps <= MAX_WARPS):
             raise ValueError(f"Config(num_warps={self.num_warps}): Triton launches a power of two of warps, at most "
                              f"{MAX_WARPS} on NVIDIA GPUs; use {min(nearest_power_of_two(self.num_warps), MAX_WARPS)}")
         for name in ("comm_sms", "num_xcds", "chunk_size", "all_reduce_ring_slice_n"):
@@ -170,6 +202,8 @@ class Config:
             raise ValueError(f"all_reduce_distribution={self.all_reduce_distribution}: use 0 (striding) or 1 (block)")
         if not isinstance(self.use_gluon, bool):
             raise TypeError(f"Config(use_gluon={self.use_gluon!r}): use True or False")
+        if not isinstance(self.tune, bool):
+            raise TypeError(f"Config(tune={self.tune!r}): use True or False")
 
 
 def refuse_gluon(ctx, config: Config | None, collective: str) -> None:

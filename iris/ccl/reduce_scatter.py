@@ -28,6 +28,7 @@ from .config import Config, refuse_gluon
 from .fast_path import call_key, launch, replay
 from .groups import GroupContext, kernel_members
 from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
+from .tuning import scratch_runner, tuned_config
 from .workspace import reuse_or_allocate
 
 # flag slots: inputs ready; peers done reading (and, with GATHER, writing). Kernels read only constexpr globals.
@@ -141,6 +142,8 @@ def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_
     if overlaps(output_tensor, input_tensor) and output_tensor.data_ptr() != input_tensor.data_ptr():
         raise ValueError(f"rank {ctx.cur_rank}: reduce_scatter output partly overlaps the input; use the same "
                          "tensor (in place) or separate ones")
+    config = tuned_config(ctx, "reduce_scatter", config, input_tensor, group_of_call,
+                          scratch_runner(ctx, reduce_scatter, output_tensor, input_tensor, group=group)).with_defaults()
     grid = launch_shape(ctx, input_tensor, config, group_of_call.size)
     key = ("reduce_scatter", "two_shot", input_tensor.numel(), input_tensor.dtype, grid, block_size(ctx, config),
            group_of_call.key)

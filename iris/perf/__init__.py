@@ -20,12 +20,12 @@ Examples
 
 from ..base import gpu_specs as specs
 from ..base.gpu_specs import GpuSpec
+from ..instruments.replay import ReplayTiming, replay_time
 from . import ceilings, roofline
 from .benchmark import as_benchmark, run_benchmark
 from .ceilings import Ceilings
 from .compare import CandidateResult, PerfReport, compare
 from .errors import PerfError
-from .replay import ReplayTiming, replay_time
 from .roofline import Roof
 
 __all__ = ["CandidateResult", "Ceilings", "GpuSpec", "PerfError", "PerfReport", "ReplayTiming", "Roof",

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from ..instruments.replay import ReplayTiming, every_rank_us
 from .compare import PerfReport, check_same_everywhere, first_call, judge, per_label, roofs_here
-from .replay import ReplayTiming, every_rank_us
 
 AXIS = "candidate"
 PEER_COUNTER = "peer_bytes"

@@ -2,7 +2,7 @@
 
 The spec sheet (:mod:`iris.base.gpu_specs`) says what the part could do; these say what it does today, under its
 clocks, power cap and driver: a kernel near the measured roof has little left to gain, whatever the datasheet
-says. Each is timed with :func:`iris.perf.replay.replay_time` (CUDA-graph replays, ranks in step, the slowest
+says. Each is timed with :func:`iris.instruments.replay.replay_time` (CUDA-graph replays, ranks in step, the slowest
 rank's time), all ranks at once, so the peer copies load every link in both directions as a collective does.
 
 - matmul: ``torch.mm`` of two ``MATMUL_SIDE``-square matrices of the dtype asked, ``2 n**3`` flops;
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import torch
 
 from ..base.sizes import format_size
+from ..instruments.replay import ReplayTiming, everyone, replay_time
 from .errors import PerfError
 from .placement import shared_groups, sharing_message, this_gpu
-from .replay import ReplayTiming, everyone, replay_time
 
 MATMUL_SIDE = 8192
 COPY_BYTES = 1 << 30

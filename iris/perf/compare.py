@@ -2,7 +2,7 @@
 
 For each candidate (a label and a zero-argument callable, e.g. a hand-written kernel's launch, ``torch.matmul``
 then an NCCL collective, ``ctx.ops``): the slowest rank's time per call, CUDA-graph timed where every rank can
-capture the call (:func:`iris.perf.replay.replay_time`; eager otherwise, and the report says which and why);
+capture the call (:func:`iris.instruments.replay.replay_time`; eager otherwise, and the report says which and why);
 achieved TFLOP/s (``flops`` / time), GB/s (``bytes`` / time) and peer GB/s (``peer_bytes`` / time: the bytes
 crossing each link); and the share of the roof: the GPU's spec sheet (:mod:`iris.base.gpu_specs`) and the ceilings
 measured now (:mod:`iris.perf.ceilings`). iris measures; the workbench draws (``workbench.bench``).
@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ..base import gpu_specs as specs
+from ..instruments.replay import TIMED_MS, ReplayTiming, capture, every_rank_us, everyone, replay_time
 from ..runtime.timing import do_bench
 from . import ceilings as ceilings_module
 from .errors import PerfError
 from .placement import shared_groups, sharing_message, this_gpu
-from .replay import TIMED_MS, ReplayTiming, capture, every_rank_us, everyone, replay_time
 from .roofline import Roof, intensity, share_of_roof
 
 GRAPH_US = 1000.0  # calls per graph: enough that one replay lasts about this long (graph launch amortised) ...

@@ -1,0 +1,139 @@
+"""Measure the table iris ships for this GPU model and world size: each collective's variant, block, grid and warps
+chosen by timing, per dtype and size (the same tuner a user's first call runs, iris.ccl.tuning, with a budget that
+lets it try every candidate).
+
+Run on one machine with N GPUs (one rank each; ranks sharing a GPU are refused, their timings would mean nothing)::
+
+    torchrun --nproc_per_node=N benchmarks/tune_ccl.py                       # every collective, bf16 and fp32
+    torchrun --nproc_per_node=N benchmarks/tune_ccl.py --collectives all_reduce --dtypes bf16
+
+Rank 0 merges the rows into ``iris/ccl/tables/<gpu>.json`` (those of the same collective, world size, dtype and
+size are replaced) and writes the table, with what the size rules alone take beside the tuned choice, to
+benchmarks/RESULTS.md. Both are CUDA-graph timed with every rank in step, slowest rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off, as on the machines measured
+os.environ["IRIS_AUTOTUNE_BUDGET"] = os.environ.get("IRIS_TUNE_BUDGET", "120")  # per point: every candidate
+os.environ["IRIS_AUTOTUNE_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="iris-tune-"), "cache.json")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import iris  # noqa: E402
+from benchmarks.results import environment, write_section  # noqa: E402
+from iris.ccl import Config, tuning  # noqa: E402
+from iris.ccl.groups import members  # noqa: E402
+from iris.ccl.rules import choose_gather_variant, choose_variant  # noqa: E402
+from iris.instruments.replay import replay_time  # noqa: E402
+
+KiB, MiB = 1 << 10, 1 << 20
+SIZES = {  # bytes: all_reduce's and reduce_scatter's input (and output), all_gather's output, all_to_all's input
+    "all_reduce": [8 * KiB, 32 * KiB, 128 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB],
+    "all_gather": [8 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB],
+    "reduce_scatter": [8 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB],
+    "all_to_all": [64 * KiB, 1 * MiB, 16 * MiB, 256 * MiB],
+}
+ROW = 8192  # elements per row of all_to_all's input
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def tensors(ctx, collective: str, nbytes: int, dtype: torch.dtype, world: int):
+    """(out, inp) of one call of ``collective`` at size ``nbytes``."""
+    n = max(world, nbytes // dtype.itemsize // world * world)
+    if collective == "all_gather":
+        return ctx.zeros(n, dtype=dtype), ctx.ones(n // world, dtype=dtype)
+    if collective == "all_to_all":
+        rows = max(1, n // ROW)
+        return ctx.zeros(rows, ROW, dtype=dtype), ctx.ones(rows, ROW, dtype=dtype)
+    return ctx.zeros(n, dtype=dtype), ctx.ones(n, dtype=dtype)
+
+
+def rule_config(ctx, collective: str, inp, world: int) -> Config:
+    """What the size rules and defaults alone choose (iris before its tables), every tuned field set."""
+    nbytes = inp.numel() * inp.element_size()
+    fields = {"block_size": 4096, "comm_sms": ctx.get_cu_count(), "num_warps": 8}
+    if collective == "all_reduce":
+        fields["all_reduce_variant"] = choose_variant(nbytes, world)
+    elif collective == "all_gather":
+        fields["all_gather_variant"] = choose_gather_variant(None, nbytes, world)
+    elif collective == "all_to_all":
+        fields.update(block_size_m=32, block_size_n=64)
+        del fields["block_size"]
+    return Config(**fields)
+
+
+def call(ctx, collective: str, out, inp, config: Config):
+    """One call through ``ctx.ccl``, which keeps its workspace (so calls after the first allocate nothing and a
+    CUDA graph can capture them)."""
+    return getattr(ctx.ccl, collective)(out, inp, config=config)
+
+
+def tune_point(ctx, collective: str, dtype: torch.dtype, nbytes: int, world: int, gpu: str) -> tuple[dict, str]:
+    """Tune one point (collective over every rank); its table row and its line of the RESULTS.md table."""
+    out, inp = tensors(ctx, collective, nbytes, dtype, world)
+    calls = 10 if nbytes <= MiB else 1  # short calls: several per graph
+    rule = rule_config(ctx, collective, inp, world)
+    rule_us = replay_time(lambda: call(ctx, collective, out, inp, rule), calls=calls, timed_ms=10.0).us
+    call(ctx, collective, out, inp, Config.autotune())
+    chosen = tuning._memo[tuning.cache_key(collective, inp.shape, dtype, world, gpu, {})]
+    tuned = Config(**chosen)
+    tuned_us = replay_time(lambda: call(ctx, collective, out, inp, tuned), calls=calls, timed_ms=10.0).us
+    row = {"collective": collective, "world": world, "dtype": str(dtype).split(".")[-1], "bytes": nbytes, **chosen,
+           "us": round(tuned_us, 2)}
+    line = (f"| {collective} | {str(dtype).split('.')[-1]} | {nbytes // KiB} KiB | {rule_us:.1f} | {tuned_us:.1f} | "
+            f"{rule_us / tuned_us:.2f}x | {', '.join(f'{k}={v}' for k, v in chosen.items())} |")
+    return row, line
+
+
+def write(rows: list[dict], lines: list[str], world: int, gpu: str, ship: bool) -> None:
+    """The RESULTS.md section of this world size and GPU; the shipped table too, unless ``ship`` is False."""
+    header = ("| collective | dtype | size | size rules (µs) | tuned (µs) | speed-up | chosen |\n"
+              "|---|---|---|---|---|---|---|")
+    write_section(f"Tuned collectives on {world}x {gpu}",
+                  f"{environment()}\n\n`benchmarks/tune_ccl.py`: each point's variant, block, grid and warps chosen by "
+                  "the tuner (iris.ccl.tuning), beside the size rules alone (the defaults before tables), CUDA-graph "
+                  "timed, slowest rank.\n\n" + header + "\n" + "\n".join(lines))
+    if ship:
+        print(f"table: {tuning.ship(rows, gpu)}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--collectives", default=",".join(SIZES), help="comma-separated, of " + ", ".join(SIZES))
+    parser.add_argument("--dtypes", default="bf16,fp32", help="comma-separated, of " + ", ".join(DTYPES))
+    parser.add_argument("--no-ship", action="store_true", help="print and write RESULTS.md, leave the table alone")
+    args = parser.parse_args()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    ctx = iris.iris("16GiB")
+    world, rank = ctx.get_num_ranks(), ctx.get_rank()
+    why_not = tuning.timings_mean_nothing(ctx, members(ctx, None))
+    if why_not:
+        raise SystemExit(f"rank {rank}: not tuning: {why_not}")
+    gpu = tuning.gpu_model(ctx)
+    rows, lines = [], []
+    for collective in args.collectives.split(","):
+        for dtype_name in args.dtypes.split(","):
+            for nbytes in SIZES[collective]:
+                row, line = tune_point(ctx, collective, DTYPES[dtype_name], nbytes, world, gpu)
+                rows.append(row)
+                lines.append(line)
+                if rank == 0:
+                    print(line, flush=True)
+        if rank == 0:  # after each collective: a run cut short keeps what it measured
+            write(rows, lines, world, gpu, ship=not args.no_ship)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
