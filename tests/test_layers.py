@@ -96,29 +96,29 @@ def copy_of_the_tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_an_upward_import_breaks_the_contract_naming_the_import(tmp_path):
+def tree_with(tmp_path: Path, module: str, line: str) -> Path:
+    """A copy of the tree in which ``module`` (a path below the root) ends with one more import line."""
     tree = copy_of_the_tree(tmp_path)
-    sizes = tree / "iris" / "base" / "sizes.py"
-    sizes.write_text(sizes.read_text() + "\nfrom ..runtime import context  # noqa: E402  (the base imports the host)\n")
-    result = lint_imports(tree)
+    path = tree / module
+    path.write_text(path.read_text() + f"\n{line}  # noqa: E402\n")
+    return tree
+
+
+def test_an_upward_import_breaks_the_contract_naming_the_import(tmp_path):
+    result = lint_imports(tree_with(tmp_path, "iris/base/sizes.py", "from ..runtime import context"))
     assert result.returncode != 0
     assert "iris: each layer imports only the layers below it BROKEN" in result.stdout, result.stdout
     assert "iris.base.sizes -> iris.runtime.context" in result.stdout, result.stdout
 
 
 def test_iris_importing_the_workbench_breaks_the_contract(tmp_path):
-    tree = copy_of_the_tree(tmp_path)
-    heap = tree / "iris" / "heap" / "reach.py"
-    heap.write_text(heap.read_text() + "\nimport ipywidgets  # noqa: E402\n")
-    result = lint_imports(tree)
+    result = lint_imports(tree_with(tmp_path, "iris/heap/reach.py", "import ipywidgets"))
     assert result.returncode != 0
     assert "iris.heap.reach -> ipywidgets" in result.stdout, result.stdout
 
 
 def test_a_cycle_inside_a_layer_is_found(tmp_path):
-    tree = copy_of_the_tree(tmp_path)
-    allocator = tree / "iris" / "heap" / "allocator.py"
-    allocator.write_text(allocator.read_text() + "\nfrom . import symmetric  # noqa: E402  (symmetric imports us)\n")
+    tree = tree_with(tmp_path, "iris/heap/allocator.py", "from . import symmetric")  # symmetric imports allocator
     assert ["iris.heap.allocator", "iris.heap.symmetric"] in import_cycles(tree)
     result = lint_imports(tree)
     assert result.returncode != 0
@@ -127,9 +127,7 @@ def test_a_cycle_inside_a_layer_is_found(tmp_path):
 
 def test_a_cycle_through_a_package_face_is_found(tmp_path):
     # a module importing its own package's __init__, which imports it: siblings alone would not show it
-    tree = copy_of_the_tree(tmp_path)
-    views = tree / "workbench" / "views.py"
-    views.write_text(views.read_text() + "\nimport workbench  # noqa: E402\n")
+    tree = tree_with(tmp_path, "workbench/views.py", "import workbench")
     assert any({"workbench", "workbench.views"} <= set(cycle) for cycle in import_cycles(tree))
 
 
@@ -143,19 +141,20 @@ def test_iris_has_a_handful_of_layers_each_saying_what_it_holds():
         assert docstring and len(docstring.splitlines()) >= 3, f"iris/{entry}/__init__.py: say what the layer holds"
 
 
+def imports_outside(modules: tuple[str, ...], home: Path) -> list[str]:
+    """Imports of ``modules`` (or modules below them) in iris/ and workbench/ files outside ``home``."""
+    return [f"{path.relative_to(ROOT)}:{line} imports {name}" for path in python_files("iris", "workbench")
+            if not path.is_relative_to(home)
+            for line, name in imports_of(path) if any(name == m or name.startswith(m + ".") for m in modules)]
+
+
 def test_interpreter_hooks_only_in_the_interpreters_package():
-    outside = [f"{path.relative_to(ROOT)}:{line} imports {name}" for path in python_files("iris", "workbench")
-               for line, name in imports_of(path)
-               if name.startswith(("triton.runtime.interpreter", "triton._C.libtriton.interpreter"))
-               and not path.is_relative_to(ROOT / "iris" / "interpret")]
-    assert outside == []
+    hooks = ("triton.runtime.interpreter", "triton._C.libtriton.interpreter")
+    assert imports_outside(hooks, ROOT / "iris" / "interpret") == []
 
 
 def test_the_cuda_driver_only_in_the_heaps_cuda_backend():
-    outside = [f"{path.relative_to(ROOT)}:{line} imports {name}" for path in python_files("iris", "workbench")
-               for line, name in imports_of(path)
-               if name.split(".")[0] == "cuda" and not path.is_relative_to(ROOT / "iris" / "heap" / "cuda")]
-    assert outside == []
+    assert imports_outside(("cuda",), ROOT / "iris" / "heap" / "cuda") == []
 
 
 def test_our_code_never_imports_upstreams_paths():
