@@ -151,10 +151,12 @@ def imports_outside(modules: tuple[str, ...], home: Path) -> list[str]:
 def test_interpreter_hooks_only_in_the_interpreters_package():
     hooks = ("triton.runtime.interpreter", "triton._C.libtriton.interpreter")
     assert imports_outside(hooks, ROOT / "iris" / "interpret") == []
+    assert imports_outside(hooks, ROOT / "iris" / "heap"), "the check sees the interpreter's own imports"
 
 
 def test_the_cuda_driver_only_in_the_heaps_cuda_backend():
     assert imports_outside(("cuda",), ROOT / "iris" / "heap" / "cuda") == []
+    assert imports_outside(("cuda",), ROOT / "iris" / "interpret"), "the check sees the CUDA backend's own imports"
 
 
 def test_our_code_never_imports_upstreams_paths():
