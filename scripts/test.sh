@@ -81,27 +81,36 @@ else
   budget_s=${IRIS_TEST_BUDGET_S:-1800}
   status=0
   start=$SECONDS
-  # Both environments at once (each install is mostly one process).
-  install_newest & newest_pid=$!
-  install_default || status=$?
-  wait "$newest_pid" || status=$?
-  [ "$status" -eq 0 ] || exit "$status"
   logs=$(mktemp -d "${TMPDIR:-/tmp}/iris-test-lanes.XXXXXX")
   ignores=()
   for file in "${LANE1_TESTS[@]}"; do ignores+=("--ignore=$file"); done
+  # Lane 1 installs .venv-newest while this shell installs .venv (each install is mostly one process); its stage-1
+  # part waits for .venv (long installed by then: stage 2 comes first).
   (
     export IRIS_TEST_LANE=1
-    lane_start=$SECONDS
+    install_newest || exit 1
     rc=0
-    newest_stack "${NEWEST_STACK_TESTS[@]}" || rc=$?
+    lane_start=$SECONDS
+    newest_stack "${NEWEST_STACK_TESTS[@]}" --durations=15 || rc=$?
     echo "[test] lane 1: stage 2 took $(((SECONDS - lane_start) / 60)) min $(((SECONDS - lane_start) % 60)) s"
-    default_stack "${LANE1_TESTS[@]}" || rc=$?
+    while [ ! -e "$logs/default.done" ]; do sleep 1; done
+    if [ "$(cat "$logs/default.done")" != 0 ]; then echo "[test] .venv did not install" >&2; exit 1; fi
+    default_stack "${LANE1_TESTS[@]}" --durations=15 || rc=$?
     exit "$rc"
   ) >"$logs/lane1.log" 2>&1 &
   lane1=$!
+  installed=0
+  install_default || installed=$?
+  echo "$installed" >"$logs/default.done"
+  if [ "$installed" -ne 0 ]; then
+    wait "$lane1" || true
+    cat "$logs/lane1.log"
+    rm -rf "$logs"
+    exit "$installed"
+  fi
   (
     export IRIS_TEST_LANE=2
-    default_stack "${ignores[@]}"
+    default_stack "${ignores[@]}" --durations=15
   ) >"$logs/lane2.log" 2>&1 &
   lane2=$!
   echo "[test] two lanes side by side (their output, whole, as each ends): lane 1 = stage 2, then stage 1's" \
