@@ -55,13 +55,14 @@ newest_stack() {
 
 versions='import numpy, torch, triton; print(f"triton {triton.__version__}, numpy {numpy.__version__}, torch {torch.__version__}")'
 
+# Each install in a bash of its own, where venv.sh's `set -e` holds (in a subshell called with `||` it would not,
+# and a failed pip would go on to the tests).
 install_default() {
-  (source "$root/scripts/venv.sh")
-  bash "$root/scripts/browser_deps.sh"
+  bash "$root/scripts/venv.sh" && bash "$root/scripts/browser_deps.sh"
 }
 
 install_newest() {
-  (IRIS_VENV="$root/.venv-newest" IRIS_CONSTRAINTS="$root/constraints-newest.txt" source "$root/scripts/venv.sh")
+  IRIS_VENV="$root/.venv-newest" IRIS_CONSTRAINTS="$root/constraints-newest.txt" bash "$root/scripts/venv.sh"
 }
 
 if [ "${1:-}" = --quick ]; then
