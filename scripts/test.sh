@@ -4,6 +4,11 @@
 #   2. the newest triton and numpy we support (.venv-newest, constraints-newest.txt): the tests that exercise
 #      Triton, Gluon and interpreter internals (NEWEST_STACK_TESTS below).
 # Extra arguments go to pytest and run stage 1 only; IRIS_TEST_STACK=newest runs them in stage 2 instead.
+# --quick: the inner loop, stage 1's `pytest -m quick` only (every package of iris/ and workbench/ once: the QUICK
+# list in tests/conftest.py), a few minutes.
+# The whole run goes in two lanes side by side (the suite uses about one of two cores on average): lane 1 runs
+# stage 2, then stage 1's notebook and workbench modules (LANE1_TESTS); lane 2 runs the rest of stage 1, every
+# other test file (so a new one is never left out). Each lane's output is printed whole when it ends.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -15,6 +20,13 @@ NEWEST_STACK_TESTS=(
   tests/test_upstream_host_api.py tests/test_upstream_surface.py
   "tests/test_workbench.py::test_gluon_kernel_with_iris_device_ctx_reads_the_peer"
   "tests/test_notebooks.py::test_lesson_runs_top_to_bottom[00_quickstart]"
+)
+
+# Stage 1's modules that go to lane 1, after stage 2 (the lesson files in .cache/executed are written by both
+# stages' test_notebooks.py and read by test_site.py: one lane, in order); about half of stage 1's time.
+LANE1_TESTS=(
+  tests/test_notebooks.py tests/test_site.py tests/test_browser.py tests/test_main_job.py tests/test_hang_report.py
+  tests/test_widgets.py tests/test_timeline.py tests/test_workbench_races.py
 )
 
 # pytest's exit code 5 (no tests collected) is a failure here, never a pass.
@@ -32,36 +44,91 @@ run_pytest() {
 }
 
 default_stack() {
-  (source "$root/scripts/venv.sh")
-  bash "$root/scripts/browser_deps.sh"
   echo "[test] stage 1: the default stack ($("$root/.venv/bin/python" -c "$versions"))"
   run_pytest "$root/.venv/bin/python" "$@"
 }
 
 newest_stack() {
-  (IRIS_VENV="$root/.venv-newest" IRIS_CONSTRAINTS="$root/constraints-newest.txt" source "$root/scripts/venv.sh")
   echo "[test] stage 2: the newest stack ($("$root/.venv-newest/bin/python" -c "$versions"))"
   run_pytest "$root/.venv-newest/bin/python" "$@"
 }
 
 versions='import numpy, torch, triton; print(f"triton {triton.__version__}, numpy {numpy.__version__}, torch {torch.__version__}")'
 
-if [ "${IRIS_TEST_STACK:-}" = newest ]; then
+# Each install in a bash of its own, where venv.sh's `set -e` holds (in a subshell called with `||` it would not,
+# and a failed pip would go on to the tests).
+install_default() {
+  bash "$root/scripts/venv.sh" && bash "$root/scripts/browser_deps.sh"
+}
+
+install_newest() {
+  IRIS_VENV="$root/.venv-newest" IRIS_CONSTRAINTS="$root/constraints-newest.txt" bash "$root/scripts/venv.sh"
+}
+
+if [ "${1:-}" = --quick ]; then
+  shift
+  install_default
+  run_pytest "$root/.venv/bin/python" -m quick "$@"
+elif [ "${IRIS_TEST_STACK:-}" = newest ]; then
   if [ $# -eq 0 ]; then set -- "${NEWEST_STACK_TESTS[@]}"; fi
+  install_newest
   newest_stack "$@"
 elif [ $# -gt 0 ]; then
+  install_default
   default_stack "$@"
 else
   # CI must pass within 90 minutes on 2 cores; the whole run is held to a third of that (set-up included), so
-  # that a slower CI machine still passes. Over budget fails, naming each stage's minutes.
+  # that a slower CI machine still passes. Over budget fails, naming each lane's minutes.
   budget_s=${IRIS_TEST_BUDGET_S:-1800}
   status=0
   start=$SECONDS
-  default_stack || status=$?
-  first_s=$((SECONDS - start))
-  newest_stack "${NEWEST_STACK_TESTS[@]}" || status=$?
+  logs=$(mktemp -d "${TMPDIR:-/tmp}/iris-test-lanes.XXXXXX")
+  ignores=()
+  for file in "${LANE1_TESTS[@]}"; do ignores+=("--ignore=$file"); done
+  # Lane 1 installs .venv-newest while this shell installs .venv (each install is mostly one process); its stage-1
+  # part waits for .venv (long installed by then: stage 2 comes first).
+  (
+    export IRIS_TEST_LANE=1
+    install_newest || exit 1
+    rc=0
+    lane_start=$SECONDS
+    newest_stack "${NEWEST_STACK_TESTS[@]}" --durations=15 || rc=$?
+    echo "[test] lane 1: stage 2 took $(((SECONDS - lane_start) / 60)) min $(((SECONDS - lane_start) % 60)) s"
+    while [ ! -e "$logs/default.done" ]; do sleep 1; done
+    if [ "$(cat "$logs/default.done")" != 0 ]; then echo "[test] .venv did not install" >&2; exit 1; fi
+    default_stack "${LANE1_TESTS[@]}" --durations=15 || rc=$?
+    echo "$((SECONDS - start))" >"$logs/lane1.s"
+    exit "$rc"
+  ) >"$logs/lane1.log" 2>&1 &
+  lane1=$!
+  installed=0
+  install_default || installed=$?
+  echo "$installed" >"$logs/default.done"
+  if [ "$installed" -ne 0 ]; then
+    wait "$lane1" || true
+    cat "$logs/lane1.log"
+    rm -rf "$logs"
+    exit "$installed"
+  fi
+  (
+    export IRIS_TEST_LANE=2
+    rc=0
+    default_stack "${ignores[@]}" --durations=15 || rc=$?
+    echo "$((SECONDS - start))" >"$logs/lane2.s"
+    exit "$rc"
+  ) >"$logs/lane2.log" 2>&1 &
+  lane2=$!
+  echo "[test] two lanes side by side (their output, whole, as each ends): lane 1 = stage 2, then stage 1's" \
+       "${LANE1_TESTS[*]}; lane 2 = the rest of stage 1"
+  wait "$lane2" || status=$?
+  lane2_s=$(cat "$logs/lane2.s" 2>/dev/null || echo $((SECONDS - start)))
+  echo "===== lane 2 (stage 1, all but lane 1's modules) ====="; cat "$logs/lane2.log"
+  wait "$lane1" || status=$?
+  lane1_s=$(cat "$logs/lane1.s" 2>/dev/null || echo $((SECONDS - start)))
+  echo "===== lane 1 (stage 2, then stage 1's notebook and workbench modules) ====="; cat "$logs/lane1.log"
+  rm -rf "$logs"
   total_s=$((SECONDS - start))
-  summary="stage 1 took $((first_s / 60)) min $((first_s % 60)) s, stage 2 $(((total_s - first_s) / 60)) min $(((total_s - first_s) % 60)) s"
+  summary="lane 1 ended after $((lane1_s / 60)) min $((lane1_s % 60)) s, lane 2 after $((lane2_s / 60)) min $((lane2_s % 60)) s (installs included)"
   echo "[test] $summary"
   if [ "$total_s" -gt "$budget_s" ]; then
     echo "[test] over the suite's budget of $((budget_s / 60)) min ($summary): make the slowest tests smaller" >&2

@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
+import os
+import re
+
+import psutil
 import pytest
 
 from .multirank import our_heap_files
+
+# scripts/test.sh runs lanes of tests side by side (each its own pytest, one /dev/shm): each lane's processes carry
+# its name in this variable, so that a lane tells another lane's heap files from its own.
+LANE = "IRIS_TEST_LANE"
+
+
+def _another_lanes(name: str) -> bool:
+    """Whether heap file ``name`` belongs to a live process of another test lane (or another user's, or a run
+    outside the lanes while this one is in one). A file whose process has ended is never another lane's: it was
+    left behind."""
+    found = re.search(r"-p(\d+)-", name)
+    if not found:
+        return False
+    try:
+        creator = psutil.Process(int(found.group(1)))
+        theirs = creator.environ().get(LANE)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+    return theirs != os.environ.get(LANE)
 
 
 @pytest.fixture
@@ -13,4 +38,44 @@ def no_heap_files_left_behind():
     with ``pytest.mark.usefixtures``)."""
     before = our_heap_files()
     yield
-    assert our_heap_files() - before == set(), "a test left heap or shadow files in /dev/shm"
+    left = {name for name in our_heap_files() - before if not _another_lanes(name)}
+    assert left == set(), "a test left heap or shadow files in /dev/shm"
+
+
+# -- the quick selection: `bash scripts/test.sh --quick` (pytest -m quick) -------------------------------------
+# One or two fast tests per package of iris/ and workbench/, each calling into that package (multi-rank ones
+# included), so that the inner loop touches every package in a few minutes. Curated by hand from the suite's
+# --durations; tests/test_quick.py fails when a package has no entry here, or an entry names no test.
+QUICK = {
+    "iris": ["tests/test_heap.py::test_creation_family_and_offsets_agree[2]",
+             "tests/test_device.py::test_spin_lock_ring_messages_as_remote_and_read_from_peer",
+             "tests/test_versions.py"],
+    "iris.bench": ["tests/test_bench.py::test_run_benchmarks_inside_existing_contexts"],
+    "iris.ccl": ["tests/test_ccl.py::test_all_gather_all_to_all_reduce_scatter[2]"],
+    "iris.checking": ["tests/test_races.py::test_world_of_one_reports_and_forgets",
+                      "tests/test_races.py::test_relaxed_flag_names_the_data_race"],
+    "iris.experimental": ["tests/test_gluon_host.py::test_both_module_paths_have_upstreams_names",
+                          "tests/test_gluon_host.py::test_every_documented_method_and_a_gluon_kernel[2]"],
+    "iris.heap": ["tests/test_heap.py::test_heap_files_are_private_and_unlinked_once_mapped"],
+    "iris.interpret": ["tests/test_interpret.py::test_gluon_atomics_across_programs",
+                       "tests/test_interpret.py::test_patches_are_installed_once"],
+    "iris.ops": ["tests/test_ops.py::test_pieces_follow_the_shape"],
+    "iris.perf": ["tests/test_perf.py::test_roofline_picture_leaves_out_candidates_without_flops"],
+    "iris.topology": ["tests/test_topology.py::test_map_of_hand_made_records_answers_every_question"],
+    "iris.tracing": ["tests/test_tracing.py::test_user_events_in_an_untraced_kernel_touch_nothing"],
+    "iris.traffic": ["tests/test_traffic.py::test_lesson_13_first_kernel_sends_each_tile_once"],
+    "workbench": ["tests/test_workbench.py::test_triton_kernel_puts_into_the_next_rank"],
+    "workbench.widgets": ["tests/test_widgets.py::test_block_reduction_matches_numpy_on_ragged_blocks"],
+    "tests": ["tests/test_quick.py"],
+}
+
+
+def _quick(nodeid: str) -> bool:
+    return any(nodeid == entry or nodeid.startswith(entry + "::") for entries in QUICK.values()
+               for entry in entries)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _quick(item.nodeid):
+            item.add_marker(pytest.mark.quick)

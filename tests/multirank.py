@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,14 +51,26 @@ class RankProcess:
         return json.loads(self.result_path.read_text())
 
 
+# Variables that start_ranks sets per rank or per run: not read at import (a zygote serves any values of them).
+_PER_RUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "IRIS_TEST_RESULT")
+
+
 def start_ranks(world_size: int, target: str, *args, env: dict | None = None, workdir: Path | None = None,
-                rank_env=None):
+                rank_env=None, warm: bool = False):
     """Start ``world_size`` processes running ``target`` ("module:function"), return their RankProcess list.
 
     ``env`` is added to every rank's environment, then ``rank_env(rank)`` (a dict) to that rank's, e.g.
-    ``rank_env=lambda r: {"IRIS_HOST": f"host-{r // 2}"}`` to simulate two hosts of two ranks."""
+    ``rank_env=lambda r: {"IRIS_HOST": f"host-{r // 2}"}`` to simulate two hosts of two ranks.
+
+    ``warm``: fork each rank from a :class:`Zygote` that has imported iris with the same environment (a fresh
+    process all the same, without the interpreter's start-up and ``import iris``); not with ``rank_env`` (the
+    ranks' environments differ), and not with ``IRIS_TEST_COLD=1`` in the environment (every rank started by
+    ``python -m tests.rank_main``, as before the zygote)."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="iris-test-"))
     port = free_port()
+    zygote = None
+    if warm and rank_env is None and os.environ.get("IRIS_TEST_COLD", "") in ("", "0"):
+        zygote = Zygote.for_environment({**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
     ranks = []
     for rank in range(world_size):
         environment = {
@@ -67,13 +80,120 @@ def start_ranks(world_size: int, target: str, *args, env: dict | None = None, wo
             **(env or {}), **(rank_env(rank) if rank_env else {}),
         }
         log_path = workdir / f"rank{rank}.log"
-        with open(log_path, "w") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "tests.rank_main", target, json.dumps(list(args))],
-                cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT,
-            )
+        argv = [target, json.dumps(list(args))]
+        if zygote is not None:
+            process = zygote.fork(argv, environment, log_path)
+        else:
+            with open(log_path, "w") as log:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "tests.rank_main", *argv],
+                    cwd=ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT,
+                )
         ranks.append(RankProcess(rank, process, workdir / f"result{rank}.json", log_path))
     return ranks
+
+
+class ForkedRank:
+    """A rank forked by a :class:`Zygote`, with the part of ``subprocess.Popen`` that the tests use: ``pid``,
+    ``returncode``, ``poll()``, ``wait(timeout)`` (its exit code comes from the zygote, which reaps it)."""
+
+    def __init__(self, zygote: Zygote, pid: int):
+        self.zygote, self.pid, self.returncode, self.args = zygote, pid, None, ["tests.rank_main", f"pid {pid}"]
+
+    def poll(self):
+        if self.returncode is None:
+            self.returncode = self.zygote.exit_code(self.pid, 0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None):
+        if self.returncode is None:
+            self.returncode = self.zygote.exit_code(self.pid, timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+
+class Zygote:
+    """``python -m tests.rank_zygote`` (see there): one per distinct environment, for the whole pytest session."""
+
+    _by_environment: dict = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def for_environment(cls, environment: dict) -> Zygote:
+        key = tuple(sorted((k, v) for k, v in environment.items() if k not in _PER_RUN))
+        with cls._lock:
+            zygote = cls._by_environment.get(key)
+            if zygote is None or not zygote.alive():
+                zygote = cls._by_environment[key] = cls(dict(key))
+            return zygote
+
+    def __init__(self, environment: dict):
+        read_end, write_end = os.pipe()
+        self._stderr = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.rank_zygote"], cwd=ROOT, stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=self._stderr, pass_fds=[write_end],
+            env={**environment, "IRIS_ZYGOTE_FD": str(write_end)},
+        )
+        os.close(write_end)
+        self._replies = os.fdopen(read_end, "rb")
+        self._changed = threading.Condition()
+        self._started: dict[int, int] = {}   # request id -> pid
+        self._codes: dict[int, int] = {}     # pid -> exit code
+        self._ended = False
+        self._error = None
+        self._next_id = 0
+        threading.Thread(target=self._read, daemon=True, name="rank-zygote-replies").start()
+
+    def _read(self) -> None:
+        for line in self._replies:
+            message = json.loads(line)
+            with self._changed:
+                if "error" in message:
+                    self._error = message["error"]
+                elif "code" in message:
+                    self._codes[message["pid"]] = message["code"]
+                elif "id" in message:
+                    self._started[message["id"]] = message["pid"]
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None and not self._ended and self._error is None
+
+    def _failure(self) -> AssertionError:
+        self._stderr.seek(0)
+        why = self._error or self._stderr.read().decode(errors="replace")[-4000:]
+        return AssertionError(f"the rank zygote (tests/rank_zygote.py) ended: {why}")
+
+    def fork(self, argv: list[str], environment: dict, log_path: Path) -> ForkedRank:
+        with self._changed:
+            request_id, self._next_id = self._next_id, self._next_id + 1
+            request = {"id": request_id, "env": environment, "argv": argv, "log": str(log_path), "cwd": str(ROOT)}
+            try:
+                self.process.stdin.write((json.dumps(request) + "\n").encode())
+                self.process.stdin.flush()
+            except BrokenPipeError:
+                raise self._failure() from None
+            if not self._changed.wait_for(lambda: request_id in self._started or self._ended or self._error,
+                                          timeout=120):
+                raise AssertionError("the rank zygote did not fork a rank within 120 s")
+            if request_id not in self._started:
+                raise self._failure()
+            return ForkedRank(self, self._started.pop(request_id))
+
+    def exit_code(self, pid: int, timeout: float | None):
+        """The exit code of child ``pid`` once it ended (None after ``timeout`` seconds if it has not)."""
+        with self._changed:
+            self._changed.wait_for(lambda: pid in self._codes or self._ended, timeout=timeout)
+            if pid in self._codes:
+                return self._codes.pop(pid)
+            if self._ended:
+                raise self._failure()
+            return None
 
 
 def stop(ranks) -> None:
@@ -88,14 +208,14 @@ def run_ranks(world_size: int, target: str, *args, timeout: float = 180, env: di
               rank_env=None) -> list:
     """Run ``target`` on every rank and return the per-rank JSON results; raise with the logs if one fails.
     The ranks' logs and results live in a temporary directory, removed afterwards. ``env`` and ``rank_env``: as
-    :func:`start_ranks`."""
+    :func:`start_ranks`; the ranks are forked from a warm zygote (``warm`` there)."""
     with tempfile.TemporaryDirectory(prefix="iris-test-") as workdir:
         return _run_in(Path(workdir), world_size, target, args, timeout, env, rank_env)
 
 
 def _run_in(workdir: Path, world_size: int, target: str, args: tuple, timeout: float, env: dict | None,
             rank_env=None) -> list:
-    ranks = start_ranks(world_size, target, *args, env=env, workdir=workdir, rank_env=rank_env)
+    ranks = start_ranks(world_size, target, *args, env=env, workdir=workdir, rank_env=rank_env, warm=True)
     deadline = time.monotonic() + timeout
     try:
         for r in ranks:
