@@ -106,7 +106,7 @@ def _own_addresses(rank: int) -> None:
                 heap_end = end
             spans.append((start, end))
     spans.sort()
-    for (_, low_end), (high_start, _) in zip(spans, spans[1:]):
+    for (_, low_end), (high_start, _) in zip(spans, spans[1:], strict=False):
         # Holes of the mapping area only: not the one below the stack (it must stay free to grow into), nor the
         # terabytes between the program's brk heap and the shared libraries.
         if heap_end <= low_end < high_start < (top or 1 << 64) and high_start - low_end < 1 << 40:
