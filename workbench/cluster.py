@@ -628,13 +628,19 @@ def _reaped_exit_code(process, wait: float = REAPED_SECONDS) -> int | None:
     """The exit code that the launcher thread's ``process.wait`` read when it reaped ``process``, None if it is
     not known after ``wait`` seconds.
 
-    That thread keeps the code in the ``psutil.Process`` just after its ``waitpid`` returns; a ``wait(0)`` from
-    here in between finds no child and answers None (seen in CI: an engine's ``exit code 3`` reported as
-    ``exited``). So a None is asked again until the thread has kept the code.
+    That thread keeps the code in the ``psutil.Process`` (its ``_exitcode``) just after its ``waitpid`` returns. It is
+    read here, not asked for with ``process.wait(0)``: a wait from here finds no child and stores None in that very
+    attribute, over the code the thread may have stored a moment before, and every later wait answers None (seen in
+    CI and under load: an engine's ``exit code 3`` reported as ``exited``). A psutil without that attribute is asked
+    with ``wait(0)`` as before.
     """
     deadline = time.monotonic() + wait
     while True:
-        code = process.wait(0)
+        if hasattr(process, "_exitcode"):
+            code = process._exitcode
+            code = code if isinstance(code, int) else None
+        else:
+            code = process.wait(0)
         if code is not None or time.monotonic() >= deadline:
             return code
         time.sleep(0.01)
