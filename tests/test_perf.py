@@ -218,3 +218,28 @@ def test_bench_names_the_rank_that_lacks_a_candidate(shell):
         workbench.bench({"half": "only_on_zero"})
     with pytest.raises(TypeError, match="are not expressions"):
         workbench.bench({"f": lambda: None})
+
+
+@pytest.mark.slow
+def test_sweep_view_shows_what_ran_what_chose_it_and_the_peer(shell):
+    import workbench
+    from workbench import RankError
+
+    view = workbench.sweep("all_reduce", sizes=[1024, 4096])
+    report = view.report
+    assert [p.nbytes for p in report.points] == [1024, 4096] and report.world == 2 and not report.meaningful
+    # No table for the CPU, nothing tuned there: the size rules chose, and the view says so per size.
+    assert all(p.source == "the size rules and defaults" and p.ran["variant"] == "one_shot" for p in report.points)
+    assert all(set(p.peers_us) == {"gloo"} and p.us > 0 and p.peers_us["gloo"] > 0 for p in report.points)
+    bundle = view._repr_mimebundle_()
+    static = bundle["text/html"]
+    assert "<table class='iris-sweep-table'>" in static and '<img src="data:image/png;base64,' in static
+    assert "the size rules and defaults" in static and "iris / gloo" in static
+    plain = bundle["text/plain"]  # the table as text, where nothing can be drawn
+    assert plain.startswith("all_reduce, bfloat16, 2 ranks (CPU interpreter)") and "mean nothing" in plain
+    assert len(plain.splitlines()) == 2 + 2, plain  # headline, columns, one line per size
+    for collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        points = workbench.sweep(collective, sizes=[2048], dtype="float32").report.points
+        assert len(points) == 1 and points[0].us > 0 and points[0].peers_us["gloo"] > 0, collective
+    with pytest.raises(RankError, match=r"rank \d: iris.perf.sweep: collective='all_sum': use one of"):
+        workbench.sweep("all_sum")

@@ -58,7 +58,7 @@ def test_autotune_off_uses_the_row_of_the_nearest_world_and_says_so(tmp_path):
                         env={"IRIS_AUTOTUNE_CACHE": str(tmp_path / "none.json")})
     for result in results:
         assert result["ok"] and result["choice"] == {"variant": "two_shot", "grid": 1, "block": 64}
-        assert len(result["said"]) == 1 and "at 2 ranks" in result["said"][0] and "at 4 ranks" in result["said"][0]
+        assert len(result["said"]) == 1 and "on 2 ranks" in result["said"][0] and "4 ranks" in result["said"][0]
 
 
 def test_table_rows_by_size(tmp_path, monkeypatch):

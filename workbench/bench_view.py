@@ -16,6 +16,7 @@ from __future__ import annotations
 from .hang_report import display_hang
 
 REPORT_NAME = "_iris_bench_report"  # where each rank keeps its last report (the view reads it from there)
+SWEEP_NAME = "_iris_sweep_report"  # the same for the last sweep
 OPTIONS = ("graph", "n_warmup", "n_repeat", "preamble", "dtype", "measure_ceilings", "allow_shared_gpu", "runner")
 RUNNERS = ("compare", "iris.bench")
 
@@ -81,6 +82,47 @@ def bench(candidates, flops=None, bytes=None, peer_bytes=None, *, timeout: float
     display_hang(report)
     report.raise_on_failure()
     return BenchView(wb.pull(REPORT_NAME, ranks=[0])[0], expressions)
+
+
+def sweep(collective: str = "all_reduce", sizes=None, dtype="bfloat16", peers: bool = True, *,
+          timeout: float | None = None):
+    """Time one collective of ``ctx.ccl`` over sizes on every rank of the current workbench, beside
+    torch.distributed's (NCCL on GPUs, gloo on the CPU), and show what ran at each size and why.
+
+    Parameters
+    ----------
+    collective : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
+    sizes : list of int, optional
+        Bytes per call (default: 8 KiB to 64 MiB on GPUs, a few KiB on the CPU interpreter).
+    dtype : torch.dtype or str
+    peers : bool
+        Time torch.distributed's collective beside it.
+    timeout : float, optional
+        Seconds before the ranks are interrupted (default: the workbench's cell timeout).
+
+    Returns
+    -------
+    SweepView
+        Per size: variant, grid and block that ran, what chose them (this machine's tuning, the shipped table, the
+        size rules), µs, bus GB/s and its share of the peer link; the peers' µs; static form included
+        (``view.report`` is the :class:`iris.perf.SweepReport`).
+
+    Examples
+    --------
+    >>> workbench.sweep("all_gather", sizes=[64 << 10, 16 << 20])       # doctest: +SKIP
+    """
+    from .session import current
+    from .widgets.sweep_view import SweepView
+
+    dtype = _literal(dtype)
+    wb = current()
+    call = (f"import iris as _iris, torch as _torch\n"
+            f"{SWEEP_NAME} = _iris.perf.sweep(ctx, {collective!r}, {_literal(list(sizes) if sizes else None)!r}, "
+            f"getattr(_torch, {dtype!r}), {bool(peers)!r})\n")
+    report = wb.run(call, timeout=timeout)
+    display_hang(report)
+    report.raise_on_failure()
+    return SweepView(wb.pull(SWEEP_NAME, ranks=[0])[0])
 
 
 def _literal(value):

@@ -88,6 +88,21 @@ def bench(candidates, flops=None, bytes=None, peer_bytes=None, **options):  # no
     return bench_on_ranks(candidates, flops, bytes, peer_bytes, **options)
 
 
+def sweep(collective: str = "all_reduce", sizes=None, dtype="bfloat16", peers: bool = True, *,
+          timeout: float | None = None):
+    """One collective of ``ctx.ccl`` over sizes at this world size, beside torch.distributed's: a
+    :class:`~workbench.widgets.sweep_view.SweepView` (per size what ran and what chose it, µs, bus GB/s against the
+    link; static form included). See :func:`workbench.bench_view.sweep` and :func:`iris.perf.sweep`.
+
+    Examples
+    --------
+    >>> workbench.sweep("all_reduce", sizes=[8 << 10, 1 << 20, 64 << 20])     # doctest: +SKIP
+    """
+    from .bench_view import sweep as sweep_on_ranks
+
+    return sweep_on_ranks(collective, sizes, dtype, peers, timeout=timeout)
+
+
 def traffic(need=None, launch=None):
     """The bytes each rank loaded from, stored to and atomically updated at each rank's heap in the last
     ``%%iris_kernel --traffic`` cell: a :class:`~workbench.widgets.traffic_view.TrafficView` (heat maps and table).

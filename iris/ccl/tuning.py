@@ -204,27 +204,13 @@ def tuned_config(ctx, collective: str, config: Config | None, tensor: torch.Tens
     call's shape, for the tuner to time; ``tensor`` is the call's input (its shape, dtype and size key the choice).
     """
     config = config or Config()
-    asked = config.tune
-    fixed = fixed_fields(collective, config)
+    asked, fixed = config.tune, fixed_fields(collective, config)
     if len(fixed) == len(TUNED_FIELDS[collective]) and not asked:
         return config
-    gpu, world, nbytes = gpu_model(ctx), members.size, tensor.numel() * tensor.element_size()
-    key = cache_key(collective, tensor.shape, tensor.dtype, world, gpu, fixed)
-
-    def use(row: dict) -> Config:
-        chosen = {k: v for k, v in chosen_fields(row, collective).items() if k not in fixed}
-        return dataclasses.replace(config, tune=False, **chosen)
-
-    if not asked and key in _memo:
-        return use(_memo[key])
     if not asked:
-        cached = read_cache().get(key)
-        if cached is not None:
-            _memo[key] = chosen_fields(cached, collective)
-            return use(cached)
-        row, _ = table_row(gpu, collective, world, tensor.dtype, nbytes)
+        row, _ = lookup(ctx, collective, config, tensor, members.size)
         if row is not None:
-            return use(row)
+            return chosen_config(config, row, collective, fixed)
     why_not = "autotuning is off (iris.ccl.AUTOTUNE, IRIS_AUTOTUNE)"
     if asked or autotune_on():
         why_not = timings_mean_nothing(ctx, members)
@@ -233,21 +219,61 @@ def tuned_config(ctx, collective: str, config: Config | None, tensor: torch.Tens
                 warn_once(f"tuning anyway {why_not}", f"rank {ctx.cur_rank}: tuning {collective} although {why_not} "
                           "(IRIS_AUTOTUNE_ANYWAY): the choice shows the tuner at work, not what is fast",
                           TuningWarning, "iris")
+            gpu, world = gpu_model(ctx), members.size
+            key = cache_key(collective, tensor.shape, tensor.dtype, world, gpu, fixed)
             described = f"{list(tensor.shape)} {str(tensor.dtype).removeprefix('torch.')} on {world} ranks"
-            chosen = tune(ctx, collective, config, fixed, run, members, key, gpu, nbytes, described)
+            chosen = tune(ctx, collective, config, fixed, run, members, key, gpu,
+                          tensor.numel() * tensor.element_size(), described)
             _memo[key] = chosen
             return dataclasses.replace(config, tune=False, **chosen)
         if asked:
             warn_once(f"tuning refused {collective} {why_not}", f"rank {ctx.cur_rank}: Config.autotune() for "
                       f"{collective}: not tuned, {why_not}; the shipped table's choice or the defaults are used",
                       TuningWarning, "iris")
-    row, row_world = table_row(gpu, collective, world, tensor.dtype, nbytes, nearest_world=True)
-    if row is not None:
-        warn_once(f"nearest world {gpu} {collective} {world}", f"iris.ccl: the table for {gpu} has no {collective} "
-                  f"row at {world} ranks and nothing is tuned here ({why_not}): the row measured at {row_world} "
-                  "ranks is used; benchmarks/tune_ccl.py measures a table", TuningWarning, "iris")
-        return use(row)
-    return config
+    row, source = lookup(ctx, collective, config, tensor, members.size, nearest_world=True)
+    if row is None:
+        return config
+    if source.startswith(NEAREST):
+        warn_once(f"nearest world {collective} {source}", f"iris.ccl: {collective} on {members.size} ranks: "
+                  f"{source}, since nothing is tuned here ({why_not}); benchmarks/tune_ccl.py measures a table",
+                  TuningWarning, "iris")
+    return chosen_config(config, row, collective, fixed)
+
+
+NEAREST = "the nearest world size's row"
+RULES = "the size rules and defaults"
+
+
+def lookup(ctx, collective: str, config: Config, tensor: torch.Tensor, world: int, nearest_world: bool = False):
+    """The tuned fields this machine's tunings or the shipped table give a call, and where they come from, without
+    tuning or saying anything: ``(row, source)``, or ``(None, RULES)`` when neither has one.
+
+    Examples
+    --------
+    >>> lookup(ctx, "all_reduce", Config(), inp, 2)[1]                  # doctest: +SKIP
+    'the H200 SXM table (2 ranks, its 8 KiB row)'
+    """
+    gpu, nbytes = gpu_model(ctx), tensor.numel() * tensor.element_size()
+    key = cache_key(collective, tensor.shape, tensor.dtype, world, gpu, fixed_fields(collective, config))
+    if key in _memo:
+        return _memo[key], "this machine's tuning"
+    cached = read_cache().get(key)
+    if cached is not None:
+        _memo[key] = chosen_fields(cached, collective)
+        return cached, "this machine's tuning"
+    row, row_world = table_row(gpu, collective, world, tensor.dtype, nbytes, nearest_world=nearest_world)
+    if row is None:
+        return None, RULES
+    size = f"{row['bytes'] >> 10} KiB" if row["bytes"] >= 1024 else f"{row['bytes']} B"
+    if row_world != world:
+        return row, f"{NEAREST} ({gpu} table, {row_world} ranks, its {size} row)"
+    return row, f"the {gpu} table ({world} ranks, its {size} row)"
+
+
+def chosen_config(config: Config, row: dict, collective: str, fixed: dict) -> Config:
+    """``config`` with a row's tuned fields in those the caller left unset."""
+    chosen = {k: v for k, v in chosen_fields(row, collective).items() if k not in fixed}
+    return dataclasses.replace(config, tune=False, **chosen)
 
 
 def candidates(ctx, collective: str, config: Config, fixed: dict, nbytes: int, world: int):

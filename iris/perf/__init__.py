@@ -6,7 +6,8 @@
 - :mod:`ceilings`: what this machine reaches now (:func:`ceilings.measure`: cuBLAS matmul, device copy, peer copy);
 - :mod:`roofline`: ``attainable = min(peak, intensity x bandwidth)``;
 - :func:`replay_time`: the CUDA-graph timer the benchmarks and :func:`compare` share;
-- :func:`as_benchmark` / :func:`run_benchmark`: the same candidates as an :mod:`iris.bench` benchmark.
+- :func:`as_benchmark` / :func:`run_benchmark`: the same candidates as an :mod:`iris.bench` benchmark;
+- :func:`sweep`: one collective over sizes beside torch.distributed's, with what ``ctx.ccl`` chose and why.
 
 The workbench draws what this package measures (``workbench.bench``).
 
@@ -27,6 +28,8 @@ from .ceilings import Ceilings
 from .compare import CandidateResult, PerfReport, compare
 from .errors import PerfError
 from .roofline import Roof
+from .sweep import SweepPoint, SweepReport, sweep
 
 __all__ = ["CandidateResult", "Ceilings", "GpuSpec", "PerfError", "PerfReport", "ReplayTiming", "Roof",
-           "as_benchmark", "ceilings", "compare", "replay_time", "roofline", "run_benchmark", "specs"]
+           "SweepPoint", "SweepReport", "as_benchmark", "ceilings", "compare", "replay_time", "roofline",
+           "run_benchmark", "specs", "sweep"]

@@ -1,0 +1,96 @@
+"""SweepView: what :func:`iris.perf.sweep` measured, drawn: a header, a table (per size: what ``ctx.ccl`` ran and
+what chose it, its time and bus bandwidth against the peer link's ceiling, torch.distributed's time beside it) and
+two panels, time against size and bus bandwidth against size with the link's ceiling. All in the static form too.
+
+Examples
+--------
+>>> view = workbench.sweep("all_reduce")                           # doctest: +SKIP
+>>> view.report.points[0].source                                   # doctest: +SKIP
+'the H200 SXM table (2 ranks, its 8 KiB row)'
+"""
+
+from __future__ import annotations
+
+import html
+import io
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+from .roofline_view import COLOURS, DPI
+from .static import StaticForm
+
+
+class SweepView(StaticForm, widgets.VBox):
+    """A :class:`iris.perf.SweepReport` as a header, a table and a picture.
+
+    Examples
+    --------
+    >>> SweepView(report).summary().splitlines()[0]                # doctest: +SKIP
+    'all_reduce, bfloat16, 2 ranks (NVIDIA H200), CUDA-graph replays, slowest rank; ...'
+    """
+
+    def __init__(self, report):
+        self.report = report
+        picture = widgets.Image(value=draw(report), format="png")
+        picture.alt = alt_text(report)
+        super().__init__([widgets.HTML(f"<b>sweep</b>: {html.escape(report.headline())}"),
+                          widgets.HTML(table(report)), picture])
+        self.add_class("iris-sweep-view")
+
+    def summary(self) -> str:
+        """The report as text: the headline and one line per size."""
+        return str(self.report)
+
+
+def table(report) -> str:
+    """The report's rows as an HTML table."""
+    rows = report.rows()
+    heads = list(rows[0]) if rows else []
+    head = "".join(f"<th style='text-align:left;padding:2px 8px'>{html.escape(h)}</th>" for h in heads)
+    body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{_format(h, row[h])}</td>" for h in heads)
+                   + "</tr>" for row in rows)
+    return f"<table class='iris-sweep-table'><tr>{head}</tr>{body}</table>"
+
+
+def _format(column: str, value) -> str:
+    """One cell: the link's share as a percentage, ratios as 1.23x, other numbers to 3 digits."""
+    if column == "of the link":
+        return f"{value:.0%}"
+    if column.startswith("iris / "):
+        return f"{value:.2f}x"
+    return f"{value:.3g}" if isinstance(value, float) else html.escape(str(value))
+
+
+def alt_text(report) -> str:
+    return "; ".join(f"{row['size']}: iris {row['iris µs']:.1f} µs" for row in report.rows())
+
+
+def draw(report) -> bytes:
+    """PNG: µs per call against size (iris and each peer), and iris's bus GB/s against size beside the link's
+    ceiling (where the GPU's spec sheet is known)."""
+    sizes = [point.nbytes for point in report.points]
+    figure = Figure(figsize=(10.5, 3.6), dpi=DPI)
+    times = figure.add_axes((0.07, 0.15, 0.38, 0.72))
+    times.plot(sizes, [p.us for p in report.points], "o-", color=COLOURS[0], label="iris")
+    for point, x in zip(report.points, sizes, strict=True):
+        times.annotate(point.ran.get("variant", ""), (x, point.us), fontsize=7, xytext=(2, 4),
+                       textcoords="offset points")
+    peers = sorted({peer for point in report.points for peer in point.peers_us})
+    for i, peer in enumerate(peers, start=1):
+        times.plot(sizes, [p.peers_us.get(peer) for p in report.points], "s--", color=COLOURS[i], label=peer)
+    times.set(xscale="log", yscale="log", xlabel="bytes per call", ylabel="µs per call (slowest rank)",
+              title=f"{report.collective} on {report.world} ranks")
+    times.legend(fontsize=8)
+    bandwidth = figure.add_axes((0.57, 0.15, 0.38, 0.72))
+    bandwidth.plot(sizes, [report.bus_gbs(p.us, p.nbytes) for p in report.points], "o-", color=COLOURS[0],
+                   label="iris bus GB/s")
+    if report.link_gbs:
+        bandwidth.axhline(report.link_gbs, color="grey", linestyle="--", label=f"{report.link} (spec)")
+    bandwidth.set(xscale="log", xlabel="bytes per call", ylabel="GB/s", title="bus bandwidth")
+    bandwidth.legend(fontsize=8)
+    if not report.meaningful:
+        figure.suptitle("CPU interpreter: these times mean nothing for speed", fontsize=9, color="#a33")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()
