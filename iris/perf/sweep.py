@@ -145,7 +145,8 @@ def sweep(ctx, collective: str = "all_reduce", sizes=None, dtype: torch.dtype = 
         Bytes per call (see :class:`SweepPoint`); default :data:`GPU_SIZES` on GPUs, :data:`CPU_SIZES` on the CPU.
     dtype : torch.dtype
     peers : bool
-        Time torch.distributed's collective too (NCCL on GPUs, gloo on the CPU).
+        Time torch.distributed's collective too (NCCL on GPUs, gloo on the CPU); not where ranks share a GPU, which
+        NCCL refuses.
 
     Returns
     -------
@@ -161,6 +162,8 @@ def sweep(ctx, collective: str = "all_reduce", sizes=None, dtype: torch.dtype = 
     group = ctx.group.group
     members = members_of(ctx, None)
     why_not = tuning.timings_mean_nothing(ctx, members)
+    # NCCL refuses two ranks on one GPU: ranks sharing GPUs time iris alone (and the report says its times are moot)
+    peers = peers and not (on_gpu and why_not is not None)
     points = []
     for nbytes in sizes:
         out, inp = tensors(ctx, collective, nbytes, dtype, world)
