@@ -55,6 +55,12 @@ class RankProcess:
 _PER_RUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "IRIS_TEST_RESULT")
 
 
+def _gpu_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def start_ranks(world_size: int, target: str, *args, env: dict | None = None, workdir: Path | None = None,
                 rank_env=None, warm: bool = False):
     """Start ``world_size`` processes running ``target`` ("module:function"), return their RankProcess list.
@@ -64,12 +70,13 @@ def start_ranks(world_size: int, target: str, *args, env: dict | None = None, wo
 
     ``warm``: fork each rank from a :class:`Zygote` that has imported iris with the same environment (a fresh
     process all the same, without the interpreter's start-up and ``import iris``); not with ``rank_env`` (the
-    ranks' environments differ), and not with ``IRIS_TEST_COLD=1`` in the environment (every rank started by
-    ``python -m tests.rank_main``, as before the zygote)."""
+    ranks' environments differ), not where a GPU is visible (a process that has touched CUDA cannot fork children
+    that use it: the GPU tests start every rank cold), and not with ``IRIS_TEST_COLD=1`` in the environment (every
+    rank started by ``python -m tests.rank_main``, as before the zygote)."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="iris-test-"))
     port = free_port()
     zygote = None
-    if warm and rank_env is None and os.environ.get("IRIS_TEST_COLD", "") in ("", "0"):
+    if warm and rank_env is None and os.environ.get("IRIS_TEST_COLD", "") in ("", "0") and not _gpu_visible():
         zygote = Zygote.for_environment({**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
     ranks = []
     for rank in range(world_size):
