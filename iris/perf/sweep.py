@@ -89,9 +89,28 @@ class SweepReport:
     def __str__(self) -> str:
         rows = self.rows()
         columns = list(rows[0]) if rows else []
-        cell = lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)  # noqa: E731
-        lines = [self.headline(), " | ".join(columns)] + [" | ".join(cell(row[c]) for c in columns) for row in rows]
+        lines = [self.headline(), " | ".join(columns)]
+        lines += [" | ".join(format_cell(c, row[c]) for c in columns) for row in rows]
         return "\n".join(lines)
+
+
+def format_cell(column: str, value) -> str:
+    """A cell of the sweep's table as text: µs to 0.1, the link's share as a percentage, ratios as 1.23x.
+
+    Examples
+    --------
+    >>> format_cell("iris µs", 4.04), format_cell("of the link", 0.734), format_cell("iris / NCCL", 2.5)
+    ('4.0', '73%', '2.50x')
+    """
+    if not isinstance(value, float):
+        return str(value)
+    if column.endswith("µs"):
+        return f"{value:.1f}"
+    if column == "of the link":
+        return f"{value:.0%}"
+    if column.startswith("iris / "):
+        return f"{value:.2f}x"
+    return f"{value:.3g}"
 
 
 def size_text(nbytes: int) -> str:

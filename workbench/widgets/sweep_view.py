@@ -17,6 +17,8 @@ import io
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
+from iris.perf.sweep import format_cell
+
 from .roofline_view import COLOURS, DPI
 from .static import StaticForm
 
@@ -48,18 +50,9 @@ def table(report) -> str:
     rows = report.rows()
     heads = list(rows[0]) if rows else []
     head = "".join(f"<th style='text-align:left;padding:2px 8px'>{html.escape(h)}</th>" for h in heads)
-    body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{_format(h, row[h])}</td>" for h in heads)
+    body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(format_cell(h, row[h]))}</td>" for h in heads)
                    + "</tr>" for row in rows)
     return f"<table class='iris-sweep-table'><tr>{head}</tr>{body}</table>"
-
-
-def _format(column: str, value) -> str:
-    """One cell: the link's share as a percentage, ratios as 1.23x, other numbers to 3 digits."""
-    if column == "of the link":
-        return f"{value:.0%}"
-    if column.startswith("iris / "):
-        return f"{value:.2f}x"
-    return f"{value:.3g}" if isinstance(value, float) else html.escape(str(value))
 
 
 def alt_text(report) -> str:
