@@ -50,8 +50,9 @@ def table(report) -> str:
     rows = report.rows()
     heads = list(rows[0]) if rows else []
     head = "".join(f"<th style='text-align:left;padding:2px 8px'>{html.escape(h)}</th>" for h in heads)
-    body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(format_cell(h, row[h]))}</td>" for h in heads)
-                   + "</tr>" for row in rows)
+    cells = (("".join(f"<td style='padding:2px 8px'>{html.escape(format_cell(h, row[h]))}</td>" for h in heads))
+             for row in rows)
+    body = "".join(f"<tr>{row}</tr>" for row in cells)
     return f"<table class='iris-sweep-table'><tr>{head}</tr>{body}</table>"
 
 
