@@ -217,6 +217,11 @@ def all_reduce_preamble(output_tensor, input_tensor, ctx, config=None, workspace
     group_of_call = group if isinstance(group, Members) else kernel_members(ctx, group, "all_reduce")
     config = tuned_config(ctx, "all_reduce", config, input_tensor, group_of_call,
                           scratch_runner(ctx, all_reduce, output_tensor, input_tensor, group=group)).with_defaults()
+    return prepared_workspace(output_tensor, input_tensor, ctx, config, workspace, group_of_call)
+
+
+def prepared_workspace(output_tensor, input_tensor, ctx, config: Config, workspace, group_of_call) -> Workspace:
+    """:func:`all_reduce_preamble`'s workspace for a config already chosen (tuned) and the call's members."""
     n, world = input_tensor.numel(), group_of_call.size
     variant = config.all_reduce_variant or choose_variant(n * input_tensor.element_size(), world)
     block = block_size(ctx, config)
@@ -313,7 +318,7 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
     check_tensors(ctx, "all_reduce", output_tensor, input_tensor, reduce=True)
     config = tuned_config(ctx, "all_reduce", config, input_tensor, group_of_call,
                           scratch_runner(ctx, all_reduce, output_tensor, input_tensor, group=group)).with_defaults()
-    workspace = all_reduce_preamble(output_tensor, input_tensor, ctx, config, workspace, group_of_call)
+    workspace = prepared_workspace(output_tensor, input_tensor, ctx, config, workspace, group_of_call)
     variant = workspace.key[1]
     if overlaps(output_tensor, input_tensor) and (
             variant not in IN_PLACE_VARIANTS or output_tensor.data_ptr() != input_tensor.data_ptr()):

@@ -116,8 +116,19 @@ def cache_path() -> Path:
 
 
 def read_cache() -> dict:
-    """The cache's entries for this torch/triton; entries of other versions are left out, said once."""
+    """The cache's entries for this torch/triton; entries of other versions are left out, said once. Read again only
+    when the file changed (a collective's first call with a new shape asks; eager code makes many)."""
     path = cache_path()
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        return {}
+    return _entries(path, (status.st_mtime_ns, status.st_size))
+
+
+@functools.lru_cache(maxsize=4)
+def _entries(path: Path, changed: tuple) -> dict:
+    """:func:`read_cache`'s reading of ``path`` as it was when its (mtime, size) were ``changed``."""
     try:
         stored = json.loads(path.read_text())
     except FileNotFoundError:
@@ -138,7 +149,7 @@ def read_cache() -> dict:
 def write_cache(key: str, chosen: dict, us: float, gpu: str) -> None:
     """Add one entry (rank 0 calls it; other ranks read the file)."""
     path = cache_path()
-    entries = read_cache()
+    entries = dict(read_cache())  # a copy: read_cache's answer is kept for the next readers
     entries[key] = {**chosen, "us": round(us, 2), "gpu": gpu, "date": time.strftime("%Y-%m-%d")}
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
