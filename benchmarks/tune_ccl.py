@@ -33,6 +33,7 @@ from iris.ccl import Config, tuning  # noqa: E402
 from iris.ccl.groups import members  # noqa: E402
 from iris.ccl.rules import choose_gather_variant, choose_variant  # noqa: E402
 from iris.instruments.replay import replay_time  # noqa: E402
+from iris.perf.sweep import tensors  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
 SIZES = {  # bytes: all_reduce's and reduce_scatter's input (and output), all_gather's output, all_to_all's input
@@ -43,17 +44,6 @@ SIZES = {  # bytes: all_reduce's and reduce_scatter's input (and output), all_ga
 }
 ROW = 8192  # elements per row of all_to_all's input
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-
-
-def tensors(ctx, collective: str, nbytes: int, dtype: torch.dtype, world: int):
-    """(out, inp) of one call of ``collective`` at size ``nbytes``."""
-    n = max(world, nbytes // dtype.itemsize // world * world)
-    if collective == "all_gather":
-        return ctx.zeros(n, dtype=dtype), ctx.ones(n // world, dtype=dtype)
-    if collective == "all_to_all":
-        rows = max(1, n // ROW)
-        return ctx.zeros(rows, ROW, dtype=dtype), ctx.ones(rows, ROW, dtype=dtype)
-    return ctx.zeros(n, dtype=dtype), ctx.ones(n, dtype=dtype)
 
 
 def rule_config(ctx, collective: str, inp, world: int) -> Config:
@@ -78,7 +68,7 @@ def call(ctx, collective: str, out, inp, config: Config):
 
 def tune_point(ctx, collective: str, dtype: torch.dtype, nbytes: int, world: int, gpu: str) -> tuple[dict, str]:
     """Tune one point (collective over every rank); its table row and its line of the RESULTS.md table."""
-    out, inp = tensors(ctx, collective, nbytes, dtype, world)
+    out, inp = tensors(ctx, collective, nbytes, dtype, world, columns=ROW)
     calls = 10 if nbytes <= MiB else 1  # short calls: several per graph
     rule = rule_config(ctx, collective, inp, world)
     rule_us = replay_time(lambda: call(ctx, collective, out, inp, rule), calls=calls, timed_ms=10.0).us

@@ -120,14 +120,16 @@ def size_text(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def tensors(ctx, collective: str, nbytes: int, dtype: torch.dtype, world: int):
-    """(out, inp) on the heap for one call at ``nbytes``, filled with ones."""
+def tensors(ctx, collective: str, nbytes: int, dtype: torch.dtype, world: int, columns: int | None = None):
+    """(out, inp) on the heap for one call at ``nbytes`` (see :class:`SweepPoint`), filled with ones; all_to_all's
+    rows have ``columns`` elements (default ``ROW * world``; a multiple of ``world``)."""
     n = max(world, nbytes // dtype.itemsize // world * world)
     if collective == "all_gather":
         return ctx.zeros(n, dtype=dtype), ctx.ones(n // world, dtype=dtype)
     if collective == "all_to_all":
-        rows = max(1, n // (ROW * world))
-        return ctx.zeros(rows, ROW * world, dtype=dtype), ctx.ones(rows, ROW * world, dtype=dtype)
+        columns = columns or ROW * world
+        rows = max(1, n // columns)
+        return ctx.zeros(rows, columns, dtype=dtype), ctx.ones(rows, columns, dtype=dtype)
     return ctx.zeros(n, dtype=dtype), ctx.ones(n, dtype=dtype)
 
 
