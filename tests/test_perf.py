@@ -234,7 +234,7 @@ def test_sweep_view_shows_what_ran_what_chose_it_and_the_peer(shell):
     bundle = view._repr_mimebundle_()
     static = bundle["text/html"]
     assert "<table class='iris-sweep-table'>" in static and '<img src="data:image/png;base64,' in static
-    assert "the size rules and defaults" in static and "iris / gloo" in static
+    assert "the size rules and defaults" in static and "speed-up over gloo" in static
     plain = bundle["text/plain"]  # the table as text, where nothing can be drawn
     assert plain.startswith("all_reduce, bfloat16, 2 ranks (CPU interpreter)") and "mean nothing" in plain
     assert len(plain.splitlines()) == 2 + 2, plain  # headline, columns, one line per size

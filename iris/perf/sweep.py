@@ -77,7 +77,7 @@ class SweepReport:
                 row["of the link"] = row["iris bus GB/s"] / self.link_gbs
             for peer, us in point.peers_us.items():
                 row[f"{peer} µs"] = us
-                row[f"iris / {peer}"] = us / point.us
+                row[f"speed-up over {peer}"] = us / point.us
             rows.append(row)
         return rows
 
@@ -95,20 +95,23 @@ class SweepReport:
 
 
 def format_cell(column: str, value) -> str:
-    """A cell of the sweep's table as text: µs to 0.1, the link's share as a percentage, ratios as 1.23x.
+    """A cell of the sweep's table as text: µs to 0.1, the link's share as a percentage (to 0.1 below 10%), speed-ups
+    as 1.23x.
 
     Examples
     --------
-    >>> format_cell("iris µs", 4.04), format_cell("of the link", 0.734), format_cell("iris / NCCL", 2.5)
-    ('4.0', '73%', '2.50x')
+    >>> format_cell("iris µs", 4.04), format_cell("of the link", 0.734), format_cell("of the link", 0.0047)
+    ('4.0', '73%', '0.5%')
+    >>> format_cell("speed-up over NCCL", 2.5)
+    '2.50x'
     """
     if not isinstance(value, float):
         return str(value)
     if column.endswith("µs"):
         return f"{value:.1f}"
     if column == "of the link":
-        return f"{value:.0%}"
-    if column.startswith("iris / "):
+        return f"{value:.1%}" if value < 0.1 else f"{value:.0%}"
+    if column.startswith("speed-up over "):
         return f"{value:.2f}x"
     return f"{value:.3g}"
 
