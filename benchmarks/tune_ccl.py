@@ -66,14 +66,15 @@ def call(ctx, collective: str, out, inp, config: Config):
     return getattr(ctx.ccl, collective)(out, inp, config=config)
 
 
-def tune_point(ctx, collective: str, dtype: torch.dtype, nbytes: int, world: int, gpu: str) -> tuple[dict, str]:
+def tune_point(ctx, collective: str, dtype: torch.dtype, nbytes: int, world: int) -> tuple[dict, str]:
     """Tune one point (collective over every rank); its table row and its line of the RESULTS.md table."""
     out, inp = tensors(ctx, collective, nbytes, dtype, world, columns=ROW)
     calls = 10 if nbytes <= MiB else 1  # short calls: several per graph
     rule = rule_config(ctx, collective, inp, world)
     rule_us = replay_time(lambda: call(ctx, collective, out, inp, rule), calls=calls, timed_ms=10.0).us
     call(ctx, collective, out, inp, Config.autotune())
-    chosen = tuning._memo[tuning.cache_key(collective, inp.shape, dtype, world, gpu, {})]
+    made, _ = tuning.lookup(ctx, collective, Config(), inp, world)  # the tuning just made
+    chosen = tuning.chosen_fields(made, collective)
     tuned = Config(**chosen)
     tuned_us = replay_time(lambda: call(ctx, collective, out, inp, tuned), calls=calls, timed_ms=10.0).us
     row = {"collective": collective, "world": world, "dtype": str(dtype).split(".")[-1], "bytes": nbytes, **chosen,
@@ -114,7 +115,7 @@ def main() -> None:
     for collective in args.collectives.split(","):
         for dtype_name in args.dtypes.split(","):
             for nbytes in SIZES[collective]:
-                row, line = tune_point(ctx, collective, DTYPES[dtype_name], nbytes, world, gpu)
+                row, line = tune_point(ctx, collective, DTYPES[dtype_name], nbytes, world)
                 rows.append(row)
                 lines.append(line)
                 if rank == 0:
