@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import subprocess
-import threading
+import random
 import time
 
-import psutil
 import pytest
 
 from iris.heap.cpu import heap_files_of
@@ -114,18 +112,19 @@ def test_start_fails_at_once_saying_why_when_an_engine_ends(tmp_path, monkeypatc
     assert wb.last_stop.processes_left == [] and wb.cluster_dir is None and not wb.running
 
 
-def test_an_exit_code_is_read_even_as_ipyparallels_thread_reaps_the_engine():
-    # ipyparallel's launcher reaps each engine it started on a thread (psutil.Process.wait); the workbench reads
-    # the same process's exit code meanwhile, to say how an engine ended. Reading it while that thread is between
-    # its waitpid and keeping the code used to answer "exited" (66 of 500 short-lived children, 2026-11-27).
-    for _ in range(300):
-        child = subprocess.Popen(["sh", "-c", "exit 3"])
-        process = psutil.Process(child.pid)
-        reaper = threading.Thread(target=process.wait, kwargs={"timeout": 30})
-        reaper.start()
+def test_an_exit_code_is_read_even_as_ipyparallels_thread_reaps_the_engine(tmp_path):
+    # ipyparallel's launcher reaps each process it started on a thread; the workbench reads the same process's exit
+    # code meanwhile, to say how an engine ended. Reading it while that thread was between its waitpid and keeping
+    # the code used to answer "exited" (66 of 500 short-lived children, 2026-11-27). Each child here is started by
+    # ipyparallel's own launcher and read at a random moment: before, while and after that thread reaps it.
+    from ipyparallel.cluster.launcher import LocalProcessLauncher
+
+    for i in range(300):
+        launcher = LocalProcessLauncher(cmd_and_args=["sh", "-c", "exit 3"], work_dir=str(tmp_path))
+        launcher.output_file = str(tmp_path / f"child{i}.log")
+        launcher.start()
+        time.sleep(random.random() * 0.02)
         how = None
         while how is None:
-            how = _peek_exit(process)
-        reaper.join()
-        child.returncode = 3  # reaped by the thread: Popen must not wait for it again
+            how = _peek_exit(launcher)
         assert how == "exit code 3"

@@ -23,8 +23,11 @@ stopped 2 ranks (cpu backend): each exited with status 0; no process and nothing
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import collections
+import concurrent.futures
+import contextlib
 import json
 import logging
 import os
@@ -40,10 +43,11 @@ from pathlib import Path
 
 import psutil
 
+from iris.base.backend import gpu_visible
 from iris.base.sizes import format_size, parse_size
 from iris.heap.cpu import heap_files_of, process_alive, remove_stale_heap_files
 
-from . import engine, execution, hang_report, shutdown, whereabouts
+from . import engine, execution, hang_report, room, shutdown, whereabouts
 from .progress import StartProgress
 from .report import CellReport, RankError, WorkbenchError
 from .shutdown import EngineStop, StopReport
@@ -167,11 +171,13 @@ class Workbench:
         import ipyparallel as ipp
         from traitlets.config import Config
 
+        local = self.engines == "local"
+        if local:  # said before any process starts; engines elsewhere check their own host
+            room.check_room(self.n, self.heap_size, _backend_to_come(self.backend))
         config = Config()
-        config.EngineLauncher.environment = _engine_environment(self.backend)
+        config.EngineLauncher.environment = _engine_environment(self.backend, local)
         config.LocalProcessLauncher.stop_seconds_until_kill = STOP_SECONDS_UNTIL_KILL
         config.LocalEngineSetLauncher.delay = 0.0  # start engines at once: ranks are assigned explicitly
-        local = self.engines == "local"
         config.EngineLauncher.engine_args = _engine_args(self.start_timeout, local)
         bar = StartProgress(total=2 * self.n + 1, show=self.progress)
         try:
@@ -237,13 +243,13 @@ class Workbench:
 
     def _fail_if_a_process_ended(self, progress: str) -> None:
         """Raise :class:`WorkbenchError` if the controller or an engine that this notebook started has ended."""
-        controller = getattr(self._cluster.controller, "process", None)
-        how = _peek_exit(controller) if isinstance(controller, psutil.Process) else None
+        controller = self._cluster.controller
+        how = _peek_exit(controller) if isinstance(getattr(controller, "process", None), psutil.Process) else None
         if how is not None:
             log = shutdown.log_excerpt(self._cluster.controller.get_output())
             raise WorkbenchError(f"the cluster's controller ended ({how}) while it started ({progress}); the "
                                  f"end of its log:\n{log}")
-        ended = {pid: _peek_exit(launcher.process) for pid, launcher in self._launchers.items()}
+        ended = {pid: _peek_exit(launcher) for pid, launcher in self._launchers.items()}
         ended = {pid: how for pid, how in ended.items() if how is not None}
         if ended:
             which = ", ".join(f"pid {pid} ({how})" for pid, how in sorted(ended.items()))
@@ -255,14 +261,10 @@ class Workbench:
         by_launcher = all(info["launcher_rank"] is not None for info in engines.values())
         order = sorted(engines, key=lambda eid: engines[eid]["launcher_rank"] if by_launcher else eid)
         self.engine_ids = order
-        rank0 = engines[order[0]]
-        here = socket.gethostname()
-        master_addr = "127.0.0.1" if all(info["host"] == here for info in engines.values()) else rank0["host"]
-        master_port = self.client[order[0]].apply_sync(engine.free_port)
         self.hang_channel = hang_report.new_channel()
         notebook = {**self._notebook, "hang_channel": self.hang_channel}
         bar.set_description("creating heaps")
-        rendezvous = (self.n, master_addr, master_port, self.backend, self.heap_size, notebook)
+        rendezvous = (self.n, self._meeting(engines[order[0]]), self.backend, self.heap_size, notebook)
         hosts = self.simulated_hosts or [engines[eid]["host"] for eid in order]
         setups = {rank: self.client[eid].apply_async(engine.setup, rank, *rendezvous, check=self.check,
                                                      host=hosts[rank] if self.simulated_hosts else None,
@@ -272,6 +274,16 @@ class Workbench:
                                 on_each=lambda _: bar.update())
         self.rank_info = [{**engines[eid], **done[rank]} for rank, eid in enumerate(order)]
         self.check = self.rank_info[0]["check"]  # (IRIS_CHECK may have decided)
+
+    def _meeting(self, rank0: dict) -> dict:
+        """Where the ranks meet (:func:`engine.meeting_store`): on one host, a file in the cluster's 0700 folder,
+        which no other user can open; across hosts, a TCP store that rank 0's engine serves on a port it keeps
+        bound (no port picked by binding and closing), reachable by whoever reaches that host: see
+        docs/classroom.md for how to keep such a cluster private."""
+        if self.cluster_dir is not None:
+            return {"file": os.path.join(self.cluster_dir, "rendezvous")}
+        port = self.client[self.engine_ids[0]].apply_sync(engine.open_store, self.n)
+        return {"host": rank0["host"], "port": port}
 
     def _controller_pid(self) -> int | None:
         """The controller's pid when this notebook started it as a local process, else None."""
@@ -372,7 +384,7 @@ class Workbench:
                                    EngineStop(f"rank {rank}", before=before), _children(info["pid"], local)))
         for pid, launcher in launchers.items():
             engines.append(_Engine(None, pid, True, launcher, EngineStop(f"engine pid {pid}", asked=False,
-                                   before=_peek_exit(launcher.process)), _children(pid, True)))
+                                   before=_peek_exit(launcher)), _children(pid, True)))
         return engines
 
     def _ranks_backend(self) -> str:
@@ -501,13 +513,20 @@ class Workbench:
         return self.client[self.engine_ids[rank]]
 
     def interrupt(self, ranks) -> None:
-        """Send SIGINT to ``ranks``' engine processes (through each engine's nanny, so any launcher works).
+        """Send SIGINT to ``ranks``' engine processes: by pid on this host, through each engine's nanny elsewhere.
 
-        Engines that the controller no longer knows (it stopped hearing their heartbeat) cannot be reached
-        this way and are skipped: such a rank does not stop, and :func:`execution.run_cell` restarts.
+        Local engines have no nanny (its socket is a TCP port any local user could connect to). Engines
+        elsewhere that the controller no longer knows (it stopped hearing their heartbeat) cannot be reached
+        and are skipped: such a rank does not stop, and :func:`execution.run_cell` restarts.
         """
-        known = set(self.client.ids)
-        targets = [self.engine_ids[r] for r in ranks if self.engine_ids[r] in known]
+        here, known, targets = socket.gethostname(), set(self.client.ids), []
+        for r in ranks:
+            info = self.rank_info[r] if r < len(self.rank_info) else None
+            if info is not None and info["host"] == here:
+                with contextlib.suppress(ProcessLookupError):  # it ended: nothing to interrupt
+                    os.kill(info["pid"], signal.SIGINT)
+            elif self.engine_ids[r] in known:
+                targets.append(self.engine_ids[r])
         if targets:
             self.client.send_signal(signal.SIGINT, targets=targets, block=True)
 
@@ -548,7 +567,7 @@ class Workbench:
             if launcher is None:
                 how = None if process_alive(info["pid"]) else "exited"
             else:
-                how = _peek_exit(launcher.process)
+                how = _peek_exit(launcher)
             if how is not None or time.monotonic() >= deadline:
                 return how
             time.sleep(0.05)
@@ -610,40 +629,39 @@ def cell_filename(source: str) -> str:
     return f"{whereabouts.CELL_PREFIX}{hashlib.sha1(source.encode()).hexdigest()[:12]}>"
 
 
-def _peek_exit(process) -> str | None:
-    """How the engine process this notebook started ended (``describe_exit``), or None while it runs."""
+def _peek_exit(launcher) -> str | None:
+    """How the process this notebook started through ``launcher`` ended (``describe_exit``), or None while it runs."""
     try:
-        # WNOWAIT reads the status without reaping: ipyparallel's launcher thread reaps the engine,
+        # WNOWAIT reads the status without reaping: ipyparallel's launcher thread reaps the process,
         # and two threads reaping one child race (the loser learns nothing).
-        status = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:  # already reaped by the launcher's psutil.Process, which keeps the code
-        return describe_exit(_reaped_exit_code(process))
+        status = os.waitid(os.P_PID, launcher.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # already reaped by the launcher's thread
+        return describe_exit(_reaped_exit_code(launcher))
     if status is None:
         return None
     killed = status.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
     return describe_exit(-status.si_status if killed else status.si_status)
 
 
-def _reaped_exit_code(process, wait: float = REAPED_SECONDS) -> int | None:
-    """The exit code that the launcher thread's ``process.wait`` read when it reaped ``process``, None if it is
-    not known after ``wait`` seconds.
+def _reaped_exit_code(launcher, wait: float = REAPED_SECONDS) -> int | None:
+    """The exit code of a process that ``launcher``'s thread reaped, None if it is not known after ``wait`` seconds.
 
-    That thread keeps the code in the ``psutil.Process`` (its ``_exitcode``) just after its ``waitpid`` returns. It is
-    read here, not asked for with ``process.wait(0)``: a wait from here finds no child and stores None in that very
-    attribute, over the code the thread may have stored a moment before, and every later wait answers None (seen in
-    CI and under load: an engine's ``exit code 3`` reported as ``exited``). A psutil without that attribute is asked
-    with ``wait(0)`` as before.
+    That thread reaps with the ``psutil.Process`` it keeps (``launcher.process``), which keeps the code it read.
+    The code is asked for only once ipyparallel's public ``launcher.join`` says the thread has ended: a wait from
+    here while that thread is between its ``waitpid`` and storing the code would find no child and answer None
+    (seen in CI and under load: an engine's ``exit code 3`` reported as ``exited``).
     """
-    deadline = time.monotonic() + wait
-    while True:
-        if hasattr(process, "_exitcode"):
-            code = process._exitcode
-            code = code if isinstance(code, int) else None
-        else:
-            code = process.wait(0)
-        if code is not None or time.monotonic() >= deadline:
-            return code
-        time.sleep(0.01)
+    try:
+        _run_to_end(launcher.join(timeout=wait))
+        return launcher.process.wait(0)
+    except (TimeoutError, psutil.TimeoutExpired):
+        return None
+
+
+def _run_to_end(coroutine):
+    """Run ``coroutine`` from synchronous code, also where this thread runs an event loop (as a notebook does)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def _processes_naming(folder: str | None) -> set[int]:
@@ -806,7 +824,10 @@ def _engine_args(start_timeout: float, local: bool) -> list[str]:
     only way to end when the notebook is gone.
     """
     args = [f"--IPEngine.timeout={start_timeout:g}"]
-    return [*args, "--IPEngine.max_heartbeat_misses=0"] if local else args
+    # A local engine has no nanny: the nanny's socket is a TCP port on 127.0.0.1 that any user of the machine
+    # can connect to (and a zeromq DEALER hands it a share of the engine's control messages); the notebook
+    # signals local engines by pid itself (Workbench.interrupt).
+    return [*args, "--IPEngine.max_heartbeat_misses=0", "--IPEngine.enable_nanny=False"] if local else args
 
 
 def _socket_args(private_dir: str | None) -> list[str]:
@@ -889,7 +910,7 @@ def _link_socket_names(private_dir: str) -> None:
                         os.symlink(f"{os.path.basename(path)}-{port}", link)
 
 
-def _engine_environment(backend: str) -> dict:
+def _engine_environment(backend: str, local: bool) -> dict:
     """What engines start with: this package on their path (functions go by reference, so engines import
     ``workbench.engine``), and ``IRIS_BACKEND`` unless the backend is ``"auto"``.
 
@@ -897,12 +918,34 @@ def _engine_environment(backend: str) -> dict:
     imports ``workbench``, which imports ``iris``, before ``prepare`` runs. On a GPU machine that import chose
     the cuda backend, so iris's ``DeviceContext`` was built for the GPU compiler, and a ``--backend cpu`` rank
     then failed in every kernel that calls its methods (``store() missing 1 required positional argument:
-    'to_rank'``)."""
+    'to_rank'``).
+
+    Ranks on one host (``local``) talk over the loopback interface only: gloo's and NCCL's sockets listen on
+    it rather than on an address the network reaches (unless the notebook's environment chose an interface).
+    """
     path = os.environ.get("PYTHONPATH", "")
     environment = {"PYTHONPATH": _PACKAGE_ROOT + (os.pathsep + path if path else "")}
     if backend != "auto":
         environment["IRIS_BACKEND"] = backend
+    if local:
+        loopback = _loopback_interface()
+        for variable in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            if loopback is not None and variable not in os.environ:
+                environment[variable] = loopback
     return environment
+
+
+def _backend_to_come(backend: str) -> str:
+    """The backend local ranks will use for ``backend`` ("auto": cuda when a GPU is visible, as each rank decides)."""
+    return backend if backend != "auto" else ("cuda" if gpu_visible() else "cpu")
+
+
+def _loopback_interface() -> str | None:
+    """The name of this host's loopback network interface (``lo`` on Linux), None if it has none."""
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address.startswith("127.") for a in addresses):
+            return name
+    return None
 
 
 __all__ = ["CellReport", "RankError", "Workbench", "WorkbenchError", "cell_filename", "describe_exit", "local_ranks",

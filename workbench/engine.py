@@ -43,11 +43,41 @@ def identify() -> dict:
     return {"pid": os.getpid(), "host": socket.gethostname(), "launcher_rank": launcher_rank}
 
 
-def free_port() -> int:
-    """A TCP port free on this engine's host, for the torch.distributed rendezvous that rank 0 serves."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+# The store that rank 0 serves for a cluster whose ranks span hosts (see open_store), kept for its setup.
+_served_store = None
+
+
+def open_store(world_size: int) -> int:
+    """Serve the rendezvous of a cluster whose ranks span hosts from this engine (rank 0); return its TCP port.
+
+    The store binds port 0 itself and keeps the socket, so no other process can take the port between its
+    choice and its use. A cluster on one host meets through a file in its private folder instead
+    (:func:`meeting_store`): a TCP store takes any connection and has no secret.
+    """
+    global _served_store
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    _served_store = dist.TCPStore("0.0.0.0", 0, world_size, is_master=True, wait_for_workers=False,
+                                  timeout=timedelta(seconds=600))
+    return _served_store.port
+
+
+def meeting_store(meeting: dict, world_size: int):
+    """The torch.distributed store the ranks meet through: ``{"file": path}`` (one host: a file in the cluster's
+    0700 folder, which only its user can open) or ``{"host": name, "port": port}`` (served by rank 0's engine,
+    :func:`open_store`)."""
+    import torch.distributed as dist
+
+    if "file" in meeting:
+        return dist.FileStore(meeting["file"], world_size)
+    if _served_store is not None and _served_store.port == meeting["port"]:
+        return _served_store
+    from datetime import timedelta
+
+    return dist.TCPStore(meeting["host"], meeting["port"], world_size, is_master=False,
+                         timeout=timedelta(seconds=600))
 
 
 def prepare(backend: str, notebook: dict | None = None) -> dict:
@@ -76,9 +106,10 @@ def prepare(backend: str, notebook: dict | None = None) -> dict:
     return identify()
 
 
-def setup(rank: int, world_size: int, master_addr: str, master_port: int, backend: str, heap_size: int,
-          notebook: dict, check: str | None = None, host: str | None = None, local: tuple = (0, 1)) -> dict:
-    """Create this rank's ``Iris`` context (collective) and fill the rank namespace.
+def setup(rank: int, world_size: int, meeting: dict, backend: str, heap_size: int, notebook: dict,
+          check: str | None = None, host: str | None = None, local: tuple = (0, 1)) -> dict:
+    """Join the ranks' host group through ``meeting`` (:func:`meeting_store`), create this rank's ``Iris``
+    context (collective) and fill the rank namespace.
 
     ``check`` is the context's (``"races"``; None: ``IRIS_CHECK`` decides, as for any iris program). The
     workbench shows the races after each cell itself, so the checker's warnings are not printed as well.
@@ -91,10 +122,8 @@ def setup(rank: int, world_size: int, master_addr: str, master_port: int, backen
     From here on SIGTERM ends the engine with status 0 (see :func:`exit_cleanly`).
     """
     prepare(backend)
-    os.environ.update({
-        "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local[0]),
-        "LOCAL_WORLD_SIZE": str(local[1]), "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
-    })
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local[0]),
+                       "LOCAL_WORLD_SIZE": str(local[1])})
     if host is not None:
         os.environ["IRIS_HOST"] = host
     import torch
@@ -104,8 +133,10 @@ def setup(rank: int, world_size: int, master_addr: str, master_port: int, backen
     from triton.experimental.gluon import language as gl
 
     import iris
+    from iris.base.distributed import HostGroup
     from iris.language.gluon import IrisDeviceCtx
 
+    HostGroup.join(meeting_store(meeting, world_size), rank, world_size)
     ctx = iris.iris(heap_size, backend=None if backend == "auto" else backend, check=check)
     warnings.filterwarnings("ignore", category=iris.RaceWarning)
     _namespace().update({

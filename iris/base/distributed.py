@@ -36,17 +36,40 @@ class HostGroup:
     @classmethod
     def from_environment(cls) -> HostGroup:
         """Initialise torch.distributed if needed and return the group iris exchanges over."""
-        owns_default = not dist.is_initialized()
-        if owns_default:
+        if not dist.is_initialized():
             if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-                dist.init_process_group("gloo", init_method="env://", timeout=_TIMEOUT)
-            else:
-                # A world of one needs no rendezvous: an in-process store is enough.
-                dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=_TIMEOUT)
+                return cls._initialise(init_method="env://")
+            # A world of one needs no rendezvous: an in-process store is enough.
+            return cls._initialise(store=dist.HashStore(), rank=0, world_size=1)
         group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo", timeout=_TIMEOUT)
-        if owns_default or group is not None:
-            atexit.register(_destroy_at_exit, group)  # None when iris made the default group itself
+        if group is not None:
+            atexit.register(_destroy_at_exit, group)
         return cls(group, dist.get_rank(), dist.get_world_size())
+
+    @classmethod
+    def join(cls, store, rank: int, world_size: int) -> HostGroup:
+        """Initialise torch.distributed's default group (gloo) over ``store``, as rank ``rank`` of ``world_size``.
+
+        For launchers that meet their ranks through a store of their own rather than ``MASTER_ADDR`` and
+        ``MASTER_PORT``: the workbench's local clusters use a ``dist.FileStore`` in the cluster's private
+        folder, which no other user can open. An ``Iris`` context made afterwards uses this group.
+
+        Examples
+        --------
+        >>> store = dist.FileStore("/tmp/iris-cluster-x/rendezvous", 2)          # doctest: +SKIP
+        >>> group = HostGroup.join(store, rank, 2)                                 # doctest: +SKIP
+        """
+        if dist.is_initialized():
+            raise RuntimeError(f"rank {rank}: torch.distributed is initialised already: HostGroup.join makes the "
+                               "default group itself; use HostGroup.from_environment() to join an existing one")
+        return cls._initialise(store=store, rank=rank, world_size=world_size)
+
+    @classmethod
+    def _initialise(cls, **rendezvous) -> HostGroup:
+        """Make the default group (gloo) iris owns, and destroy it at exit."""
+        dist.init_process_group("gloo", timeout=_TIMEOUT, **rendezvous)
+        atexit.register(_destroy_at_exit, None)  # None: the default group, and with it every other
+        return cls(None, dist.get_rank(), dist.get_world_size())
 
     def all_gather_object(self, obj) -> list:
         """Every rank's ``obj``, in rank order."""

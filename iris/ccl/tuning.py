@@ -151,9 +151,13 @@ def write_cache(key: str, chosen: dict, us: float, gpu: str) -> None:
     path = cache_path()
     entries = dict(read_cache())  # a copy: read_cache's answer is kept for the next readers
     entries[key] = {**chosen, "us": round(us, 2), "gpu": gpu, "date": time.strftime("%Y-%m-%d")}
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # Private to this user (0700 folder, 0600 file): on a shared machine no other user reads or replaces the
+    # choices this user's collectives make.
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps({"versions": versions(), "entries": entries}, indent=1, sort_keys=True))
+    text = json.dumps({"versions": versions(), "entries": entries}, indent=1, sort_keys=True)
+    with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(text)
     temporary.replace(path)  # atomic: a rank reading at the same time sees the old file or the new one
 
 

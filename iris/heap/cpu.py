@@ -49,7 +49,17 @@ def _heap_files() -> list[tuple[str, int]]:
     except FileNotFoundError:
         return []
     matches = ((name, _NAME.match(name)) for name in names)
-    return [(name, int(m.group(2))) for name, m in matches if m and int(m.group(1)) == os.getuid()]
+    return [(name, int(m.group(2))) for name, m in matches
+            if m and int(m.group(1)) == os.getuid() and _owned(os.path.join(SHM_DIR, name))]
+
+
+def _owned(path: str) -> bool:
+    """Whether this user owns ``path``: the name says whose a file is, but anyone may create any name in
+    /dev/shm, and a file named like ours by another user is not ours to count or remove."""
+    try:
+        return os.lstat(path).st_uid == os.getuid()
+    except FileNotFoundError:
+        return False
 
 
 def heap_files_of(pids) -> list[str]:
@@ -83,11 +93,19 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def _check_room(nbytes: int, rank: int) -> None:
-    # Heap files are sparse: creating them always succeeds, but touching a page that /dev/shm has no
-    # room for kills the process with SIGBUS. Refuse up front instead (a container's /dev/shm is often 64 MiB).
+def shm_free_bytes() -> int:
+    """Bytes free in /dev/shm now: what the heaps of this host's ranks must fit in.
+
+    Heap files are sparse: creating them always succeeds, but touching a page that /dev/shm has no room for kills
+    the process with SIGBUS. So heaps are refused up front when they do not fit (a container's /dev/shm is often
+    64 MiB), here by each rank and, before any rank starts, by the workbench.
+    """
     stats = os.statvfs(SHM_DIR)
-    room = stats.f_bavail * stats.f_frsize
+    return stats.f_bavail * stats.f_frsize
+
+
+def _check_room(nbytes: int, rank: int) -> None:
+    room = shm_free_bytes()
     if nbytes > room:
         raise MemoryError(
             f"rank {rank}: the heaps need {nbytes} bytes of /dev/shm but it has {room} free: ask for a smaller "

@@ -146,6 +146,31 @@ def test_gluon_layout_failure_in_a_cell_gives_advice(shell):
         assert "Failed to infer return type" in result.stderr, result.stderr  # MLIR's own words, in the cell
 
 
+NCCL_GROUP = """
+import torch.distributed as dist
+_nccl = dist.new_group(backend="nccl")
+_t = torch.full((1024,), float(rank + 1), device=ctx.device)
+dist.all_reduce(_t, group=_nccl)
+torch.cuda.synchronize()
+nccl_sum = float(_t[0])
+dist.destroy_process_group(_nccl)
+"""
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < WORLD, reason="NCCL refuses two ranks on one GPU")
+def test_nccl_group_made_in_a_cell_meets_through_the_private_rendezvous_on_loopback(shell):
+    """The lessons' baselines make NCCL groups in cells: their unique id travels through the cluster's FileStore,
+    and NCCL's sockets, like gloo's, listen on loopback only (docs/classroom.md)."""
+    from workbench.classroom_check import describe
+
+    wb = workbench.current()
+    report = wb.run(NCCL_GROUP, timeout=120)
+    assert report.ok, report.render()
+    assert wb.pull("nccl_sum") == [float(WORLD * (WORLD + 1) // 2)] * WORLD
+    listeners = describe(wb)["tcp_listeners"]
+    assert listeners and all(host == "::1" or host.startswith("127.") for host, _, _ in listeners), listeners
+
+
 def test_stop_is_one_line_and_every_engine_exits_0(shell):  # last: it stops the ranks of this module
     report = workbench.current().stop()
     assert report.ok and str(report).count("\n") == 0, str(report)
