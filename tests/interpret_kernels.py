@@ -253,3 +253,30 @@ def minimum_maximum(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.minimum(x, y))
     tl.store(out_ptr + BLOCK + offs, tl.maximum(x, y))
     tl.store(out_ptr + 2 * BLOCK + offs, tl.minimum(x, y, propagate_nan=tl.PropagateNan.ALL))
+
+
+# ---------------------------------------------------------------- iris atomics, on element types too
+
+
+@triton.jit
+def iris_atomic(target_ptr, heap_bases, OP: tl.constexpr):
+    """One iris atomic ``OP`` (add, sub, xchg, xor, and, or, min, max or cas) at this rank's own ``target_ptr``."""
+    value = tl.load(target_ptr)
+    if OP == "add":
+        iris.atomic_add(target_ptr, value, 0, 0, heap_bases)
+    elif OP == "sub":
+        iris.atomic_sub(target_ptr, value, 0, 0, heap_bases)
+    elif OP == "xchg":
+        iris.atomic_xchg(target_ptr, value, 0, 0, heap_bases)
+    elif OP == "xor":
+        iris.atomic_xor(target_ptr, value, 0, 0, heap_bases)
+    elif OP == "and":
+        iris.atomic_and(target_ptr, value, 0, 0, heap_bases)
+    elif OP == "or":
+        iris.atomic_or(target_ptr, value, 0, 0, heap_bases)
+    elif OP == "min":
+        iris.atomic_min(target_ptr, value, 0, 0, heap_bases)
+    elif OP == "max":
+        iris.atomic_max(target_ptr, value, 0, 0, heap_bases)
+    else:
+        iris.atomic_cas(target_ptr, value, value, 0, 0, heap_bases)

@@ -15,6 +15,7 @@ import torch
 
 import iris.interpret
 from iris.interpret import UnsupportedOnInterpreter, version
+from iris.language.core import UnsupportedAtomicError, atomic_element_types
 
 from . import interpret_kernels as k
 
@@ -326,7 +327,38 @@ def test_gpu_only_gluon_features_raise_unsupported(kernel, feature):
     with pytest.raises(UnsupportedOnInterpreter, match="Run this kernel on a GPU") as info:
         kernel[(1,)](x, 32) if kernel is k.uses_shared_memory else kernel[(1,)](x)
     assert feature in str(info.value)
+    assert links_of(info.value) == [info.value]  # raised in the interpreter's wrappers' place, not linked to them
     assert gl.arange is gl_core.arange  # the launch's patches were undone
+
+
+def links_of(error) -> list:
+    """Every exception reachable from ``error`` through ``__cause__`` and ``__context__`` (``error`` first), as a
+    logger or a test tool walks them; fails on an exception reached twice (a cycle: the walk would never end)."""
+    reached, todo = [], [error]
+    while todo:
+        current = todo.pop()
+        assert all(current is not seen for seen in reached), f"{current!r} is reached twice from {error!r}"
+        reached.append(current)
+        todo += [link for link in (current.__cause__, current.__context__) if link is not None]
+    return reached
+
+
+# The element types Triton's atomics refuse for some op, as torch dtypes named as iris.language.core names them.
+SMALL_ELEMENTS = {torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16", torch.uint16: "uint16",
+                  torch.float16: "fp16", torch.bfloat16: "bf16"}
+REFUSED_ATOMICS = [(op, dtype) for op in ("add", "sub", "xchg", "xor", "and", "or", "min", "max", "cas")
+                   for dtype, element in SMALL_ELEMENTS.items() if element not in atomic_element_types(op)]
+
+
+@pytest.mark.parametrize("op, dtype", REFUSED_ATOMICS, ids=[f"{op}-{str(dtype)[6:]}" for op, dtype in REFUSED_ATOMICS])
+def test_a_refused_atomic_raises_its_own_error_whose_chain_ends(op, dtype):
+    """The interpreter wraps the refusal in InterpreterErrors that keep it as their cause; raised in their place, it
+    must not link back to them, or walking its causes and contexts never ends."""
+    target = torch.zeros(4, dtype=dtype)
+    with pytest.raises(UnsupportedAtomicError) as raised:
+        k.iris_atomic[(1,)](target, torch.zeros(1, dtype=torch.int64), OP=op)
+    assert str(raised.value).startswith(f"iris.atomic_{op} on {SMALL_ELEMENTS[dtype]}"), raised.value
+    assert links_of(raised.value) == [raised.value]  # nothing under it: the wrappers said only its message again
 
 
 # ---------------------------------------------------------------- kernels decorated before activate()

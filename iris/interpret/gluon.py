@@ -277,9 +277,11 @@ def _running_gluon_too(run_launch):
             unsupported = first_cause(error, UnsupportedOnInterpreter)
             if unsupported is None:
                 raise
-            raise unsupported from None
         finally:
             scope.restore()
+        # Raised outside the handler, where the wrapper would become its context and that wrapper's causes lead
+        # back to it: a cycle that code walking the chain never leaves (iris.interpret.kernel_errors says more).
+        raise unsupported
 
     return run_launch_with_gluon
 

@@ -6,8 +6,10 @@ level, so an iris error raised while a kernel runs (``UnsupportedAtomicError`` f
 escaped twice. On a GPU the same error is the cause of a ``CompilationError`` that quotes the kernel's line.
 
 Fix: the launch re-raises the first :class:`~iris.base.errors.RaisedAsIs` under the ``InterpreterError`` (each wrapper
-keeps the one
-below as its ``__cause__``), with its own type and message; every other error stays as Triton raises it.
+keeps the one below as its ``__cause__``), with its own type and message; every other error stays as Triton raises
+it. It is raised after the ``except`` block, not in it: raised there, the wrapper being handled would become its
+``__context__``, and that wrapper's causes lead back to it, a cycle in which code that walks an error's causes and
+contexts (loggers, test tools) never ends.
 
 Examples
 --------
@@ -34,7 +36,7 @@ def _unwrapping(launch):
             ours = first_cause(error, RaisedAsIs)
             if ours is None:
                 raise
-            raise ours from None
+        raise ours  # outside the handler: no wrapper becomes its context (see the module's docstring)
 
     return run
 
