@@ -138,6 +138,54 @@ def errors():
     return {"rank": rank, "messages": messages}
 
 
+def misplaced_tensors():
+    """Each tensor argument of each op (``ctx.ops``'s, their preambles, all_gather_matmul_hbm_buffer's bias) in
+    turn on another device, torch's ``meta``, the others right: what each call raises, by (function, argument)."""
+    from iris.ops.all_gather_matmul_hbm_buffer import all_gather_matmul_hbm_buffer
+
+    ctx = iris.iris("16MiB", backend=BACKEND)
+    world, device = ctx.num_ranks, ctx.get_device()
+    A, B, B_full, bias = (t.to(device) for t in (torch.randn(4, 6), torch.randn(6, 2 * world),
+                                                 torch.randn(6 * world, 2 * world), torch.zeros(2 * world)))
+
+    def zeros(*shape):
+        return torch.zeros(*shape, device=device)
+
+    calls = {  # function -> (the op its message names, its right arguments, those to misplace in turn)
+        "ctx.ops.matmul_all_reduce": (ctx.ops.matmul_all_reduce, "matmul_all_reduce",
+                                      {"out": zeros(4, 2 * world), "A": A, "B": B, "bias": bias}),
+        "ctx.ops.all_gather_matmul": (ctx.ops.all_gather_matmul, "all_gather_matmul",
+                                      {"out": zeros(4, 2 * world), "A_sharded": A, "B": B_full, "bias": bias}),
+        "ctx.ops.matmul_all_gather": (ctx.ops.matmul_all_gather, "matmul_all_gather",
+                                      {"out": zeros(4 * world, 2 * world), "A": A, "B": B, "bias": bias}),
+        "ctx.ops.matmul_reduce_scatter": (ctx.ops.matmul_reduce_scatter, "matmul_reduce_scatter",
+                                          {"out": zeros(4, 2), "A": A, "B": B, "bias": bias}),
+        "matmul_all_reduce_preamble": (lambda **kw: iris.ops.matmul_all_reduce_preamble(ctx, **kw),
+                                       "matmul_all_reduce", {"C": zeros(4, 2 * world), "A": A, "B": B}),
+        "all_gather_matmul_preamble": (lambda **kw: iris.ops.all_gather_matmul_preamble(ctx, **kw),
+                                       "all_gather_matmul", {"A_sharded": A, "B": B_full}),
+        "matmul_reduce_scatter_preamble": (lambda **kw: iris.ops.matmul_reduce_scatter_preamble(ctx, **kw),
+                                           "matmul_reduce_scatter", {"C": zeros(4, 2), "A": A, "B": B}),
+        "matmul_all_gather_preamble": (lambda **kw: iris.ops.matmul_all_gather_preamble(ctx, **kw),
+                                       "matmul_all_gather", {"A": A, "B": B}),
+    }
+    raised = {}
+    for function, (call, op, arguments) in calls.items():
+        for name in arguments:
+            try:
+                call(**{**arguments, name: arguments[name].to("meta")})
+            except ValueError as error:
+                raised[f"{function} {name}"] = (op, str(error))
+            else:
+                raised[f"{function} {name}"] = (op, None)
+    try:
+        all_gather_matmul_hbm_buffer(ctx, zeros(4, 2 * world), A, B_full, bias=torch.zeros(4, device="meta"))
+    except ValueError as error:
+        raised["all_gather_matmul_hbm_buffer bias"] = ("all_gather_matmul_hbm_buffer", str(error))
+    ctx.barrier()
+    return {"rank": ctx.cur_rank, "device": str(device), "raised": raised}
+
+
 def shape_rule():
     """The path and pieces :func:`iris.ops.choose_path` gives per op and shape (auto is sequential on the CPU)."""
     ctx = iris.iris("16MiB", backend=BACKEND)

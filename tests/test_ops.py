@@ -60,6 +60,18 @@ def test_errors_say_what_and_what_to_do():
     assert messages["zero_growth"].startswith("ValueError: FusedConfig growth must be a number > 0")
 
 
+def test_a_tensor_on_another_device_is_named_before_torch_stops():
+    """A bias (or any tensor argument) on another device stopped inside torch ("Expected all tensors to be on the
+    same device"); each is named first: the argument, its device, the device expected, the rank."""
+    for result in run_ranks(2, f"{CASES}:misplaced_tensors"):
+        rank, device, raised = result["rank"], result["device"], result["raised"]
+        assert len(raised) == 4 * 4 + 3 + 2 + 3 + 2 + 1, sorted(raised)  # every tensor argument of each
+        for what, (op, message) in raised.items():
+            name = what.split()[-1]
+            assert message == (f"rank {rank}: {op}: {name} is on meta, but this rank's tensors must be on its "
+                                f"device, {device}: move it there ({name}.to(ctx.device))"), (what, message)
+
+
 def test_pieces_follow_the_shape():
     """Pieces of at least 512 rows and 4M elements on average, at most 3 for matmul_all_reduce and
     matmul_all_gather, 2 for matmul_reduce_scatter and all_gather_matmul, each op's growth (all_gather_matmul's

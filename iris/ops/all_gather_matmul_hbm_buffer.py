@@ -30,7 +30,15 @@ import dataclasses
 import torch
 
 from .chunked import gathered_buffer, signals_for
-from .fused import FusedConfig, Workspace, _gathered_dims, all_gather_matmul, all_gather_matmul_preamble, choose_path
+from .fused import (
+    FusedConfig,
+    Workspace,
+    _check_device,
+    _gathered_dims,
+    all_gather_matmul,
+    all_gather_matmul_preamble,
+    choose_path,
+)
 
 LAYOUTS = ("k_contiguous", "m_contiguous")
 OP = "all_gather_matmul_hbm_buffer"
@@ -82,6 +90,8 @@ def all_gather_matmul_hbm_buffer(ctx, output_tensor, A_sharded, B, bias=None, as
         got = f"{list(bias.shape)} {bias.dtype}" if isinstance(bias, torch.Tensor) else type(bias).__name__
         raise ValueError(f"rank {ctx.cur_rank}: {OP}: bias must be [{m}] {A_sharded.dtype} (upstream's: one value "
                          f"per row of the product), got {got}")
+    if bias is not None:
+        _check_device(ctx, OP, "bias", bias)
     workspace = all_gather_matmul(ctx, output_tensor, A_sharded, B, None, async_op, _staged(ctx, config), workspace)
     if bias is not None:
         output_tensor += bias[:, None]  # in stream order after the product

@@ -111,7 +111,7 @@ def matmul_all_reduce_preamble(ctx, C, A, B, config=None, workspace=None) -> Wor
     >>> ctx.ops.matmul_all_reduce(C, A, B, config=config, workspace=ws)    # doctest: +SKIP
     """
     m, _, n = _matmul_dims(ctx, "matmul_all_reduce", A, B)
-    _check_out(ctx, "matmul_all_reduce", C, (m, n), A.dtype)
+    _check_out(ctx, "matmul_all_reduce", C, (m, n), A.dtype, "C")
     return _prepared(ctx, "matmul_all_reduce", _key("matmul_all_reduce", C.shape, A, B), config, workspace,
                      zero=C)
 
@@ -143,7 +143,7 @@ def matmul_reduce_scatter_preamble(ctx, C, A, B, config=None, workspace=None) ->
     >>> ws = iris.ops.matmul_reduce_scatter_preamble(ctx, C, A, B)           # doctest: +SKIP
     >>> iris.ops.matmul_reduce_scatter(ctx, C, A, B, workspace=ws)         # doctest: +SKIP
     """
-    _scattered_dims(ctx, C, A, B)
+    _scattered_dims(ctx, C, A, B, "C")
     return _prepared(ctx, "matmul_reduce_scatter", _key("matmul_reduce_scatter", C.shape, A, B), config, workspace,
                      zero=C)
 
@@ -262,17 +262,23 @@ def _key(op: str, out_shape, A, B) -> tuple:
     return op, tuple(out_shape), tuple(A.shape), tuple(B.shape), A.dtype
 
 
-def _check_operands(ctx, op, A, B) -> None:
-    for name, tensor in (("A", A), ("B", B)):
+def _check_device(ctx, op, name: str, tensor: torch.Tensor) -> None:
+    """Every tensor argument of an op on this rank's device: said here, naming it, rather than by torch from
+    inside the GEMM ("Expected all tensors to be on the same device"), which names none."""
+    if tensor.device != ctx.get_device():
+        raise ValueError(f"rank {ctx.cur_rank}: {op}: {name} is on {tensor.device}, but this rank's tensors must be "
+                         f"on its device, {ctx.get_device()}: move it there ({name}.to(ctx.device))")
+
+
+def _check_operands(ctx, op, A, B, a_name="A") -> None:
+    for name, tensor in ((a_name, A), ("B", B)):
         if not isinstance(tensor, torch.Tensor) or tensor.dim() != 2:
             raise ValueError(f"rank {ctx.cur_rank}: {op}: {name} must be a 2-D torch.Tensor, got "
                              f"{getattr(tensor, 'shape', type(tensor).__name__)}")
         if tensor.dtype not in DTYPES:
             raise ValueError(f"rank {ctx.cur_rank}: {op}: {name} is {tensor.dtype}; the ops take float16, bfloat16 "
                              "or float32")
-        if tensor.device != ctx.get_device():
-            raise ValueError(f"rank {ctx.cur_rank}: {op}: {name} is on {tensor.device}, not this rank's "
-                             f"{ctx.get_device()}")
+        _check_device(ctx, op, name, tensor)
     if A.dtype != B.dtype:
         raise ValueError(f"rank {ctx.cur_rank}: {op}: A is {A.dtype} but B is {B.dtype}: use one dtype")
 
@@ -280,7 +286,7 @@ def _check_operands(ctx, op, A, B) -> None:
 def _gathered_dims(ctx, op, A_sharded, B) -> tuple[int, int]:
     """(M, N) of all_gather_matmul's product, once its operands are checked."""
     world = ctx.num_ranks
-    _check_operands(ctx, op, A_sharded, B)
+    _check_operands(ctx, op, A_sharded, B, a_name="A_sharded")
     m, k_local = A_sharded.shape
     if B.shape[0] != k_local * world:
         raise ValueError(f"rank {ctx.cur_rank}: {op}: B has {B.shape[0]} rows but the gathered A has "
@@ -289,9 +295,10 @@ def _gathered_dims(ctx, op, A_sharded, B) -> tuple[int, int]:
     return m, B.shape[1]
 
 
-def _scattered_dims(ctx, out, A, B) -> tuple[int, int, int, bool]:
-    """(M, K, N, full) of matmul_reduce_scatter, once its operands and ``out`` are checked: ``out`` (M, N / world),
-    this rank's column block, or (``full``) upstream's (M, N), of which this rank fills its tiles."""
+def _scattered_dims(ctx, out, A, B, out_name="out") -> tuple[int, int, int, bool]:
+    """(M, K, N, full) of matmul_reduce_scatter, once its operands and ``out`` (``out_name``: as the caller calls
+    it) are checked: ``out`` (M, N / world), this rank's column block, or (``full``) upstream's (M, N), of which
+    this rank fills its tiles."""
     world = ctx.num_ranks
     m, k, n = _matmul_dims(ctx, "matmul_reduce_scatter", A, B)
     full = isinstance(out, torch.Tensor) and tuple(out.shape) == (m, n) and world > 1
@@ -299,7 +306,7 @@ def _scattered_dims(ctx, out, A, B) -> tuple[int, int, int, bool]:
         raise ValueError(f"rank {ctx.cur_rank}: matmul_reduce_scatter splits N = {n} columns over {world} ranks: "
                          f"N must be a multiple of the world size for an out of (M, N / world); a full (M, {n}) "
                          "out takes this rank's tiles of the sum instead")
-    _check_out(ctx, "matmul_reduce_scatter", out, (m, n) if full else (m, n // world), A.dtype)
+    _check_out(ctx, "matmul_reduce_scatter", out, (m, n) if full else (m, n // world), A.dtype, out_name)
     return m, k, n, full
 
 
@@ -311,12 +318,11 @@ def _matmul_dims(ctx, op, A, B) -> tuple[int, int, int]:
     return A.shape[0], A.shape[1], B.shape[1]
 
 
-def _check_out(ctx, op, out, shape, dtype) -> None:
+def _check_out(ctx, op, out, shape, dtype, name="out") -> None:
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(shape) or out.dtype != dtype:
         got = f"{list(out.shape)} {out.dtype}" if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ValueError(f"rank {ctx.cur_rank}: {op}: out must be {list(shape)} {dtype}, got {got}")
-    if out.device != ctx.get_device():
-        raise ValueError(f"rank {ctx.cur_rank}: {op}: out is on {out.device}, not this rank's {ctx.get_device()}")
+        raise ValueError(f"rank {ctx.cur_rank}: {op}: {name} must be {list(shape)} {dtype}, got {got}")
+    _check_device(ctx, op, name, out)
 
 
 def _check_bias(ctx, op, bias, n, dtype) -> None:
@@ -324,3 +330,5 @@ def _check_bias(ctx, op, bias, n, dtype) -> None:
         got = f"{list(bias.shape)} {bias.dtype}" if isinstance(bias, torch.Tensor) else type(bias).__name__
         raise ValueError(f"rank {ctx.cur_rank}: {op}: bias must be [{n}] {dtype} (one value per column of the "
                          f"product), got {got}")
+    if bias is not None:
+        _check_device(ctx, op, "bias", bias)
