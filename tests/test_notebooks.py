@@ -110,13 +110,29 @@ def test_student_run_all_stops_at_the_check_and_leaves_nothing_when_the_kernel_s
     folded = [out for out in notebook.cells[solution_at].outputs if out.get("output_type") == "display_data"]
     assert folded[0]["data"]["text/html"].startswith("<details><summary>One solution to lesson 00's exercise")
     assert "iris.store(inbox + offs" in folded[0]["data"]["text/html"]
-    assert len(pids) >= 3  # controller, engines and their nannies
+    assert len(pids) >= 3  # the controller's processes and the engines
     # Within the time the engines' watchdog takes where the kernel's own stop did not finish (jupyter_client kills a
     # kernel that takes over 5 s to shut down; on 2 loaded cores the stop can take longer).
     started = time.monotonic()
     left = wait_gone(pids, 60)
     print(f"the ranks had ended {time.monotonic() - started:.1f} s after the kernel's shutdown")
     assert left == [], f"ranks left running 60 s after the notebook's kernel stopped: {left}"
+
+
+def test_a_frontend_that_takes_input_is_told_from_one_that_does_not(tmp_path):
+    """Whether someone can answer (the solution cell folds its solution, or runs it) is what the cell's execute
+    request says: allow_stdin, True from JupyterLab and VS Code, False from nbclient (nbconvert --execute)."""
+    cell = nbformat.v4.new_code_cell("from workbench.exercises import _someone_can_answer\n"
+                                     "print(_someone_can_answer(get_ipython()))")
+    client = nbclient.NotebookClient(nbformat.v4.new_notebook(cells=[cell]), timeout=60, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    answers = []
+    with client.setup_kernel():
+        for allow_stdin in (True, False, True):
+            client.kc.allow_stdin = allow_stdin
+            client.execute_cell(cell, 0)
+            answers.append(cell.outputs[0]["text"].strip())
+    assert answers == ["True", "False", "True"]
 
 
 def wait_gone(pids, seconds: float) -> list[int]:

@@ -188,9 +188,14 @@ def show_solution(shell, lesson: str, mode: str = "auto") -> None:
 
 def _someone_can_answer(shell) -> bool:
     """Whether the cell runs in front of someone: its kernel's frontend accepts input() (JupyterLab, VS Code) or
-    there is no kernel (a terminal); nbclient, and so nbconvert --execute and papermill, run cells without stdin."""
+    there is no kernel (a terminal); nbclient, and so nbconvert --execute and papermill, run cells without stdin.
+
+    The frontend says so in each execute request (the messaging protocol's ``allow_stdin``), which ipykernel's
+    public ``get_parent`` returns while the cell runs."""
     kernel = getattr(shell, "kernel", None)
-    return kernel is None or bool(getattr(kernel, "_allow_stdin", True))  # set per execute request by ipykernel
+    if kernel is None:
+        return True
+    return bool(kernel.get_parent("shell").get("content", {}).get("allow_stdin", False))
 
 
 class LessonFailed(AssertionError):
