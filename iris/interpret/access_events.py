@@ -22,8 +22,14 @@ feature, :mod:`iris.instruments.checking`) knows nothing of Triton's internals. 
   that failed did not), and return ``result``. Wrapping the real atomic lets the observer make the atomic and
   its own bookkeeping one indivisible step across processes.
 
-While an observer is called, :func:`access_frame` is the frame that asked the builder for the access: walk out
-from it to find the kernel's line (the observer's own caller may be another observer's ``atomic``).
+An observer may also have ``before_access(kind, addresses, mask, itemsize, dtype, operands)``: called *before*
+every load, store and atomic (the stepper pauses there, :mod:`iris.instruments.stepping`); ``dtype`` is Triton's
+name of the element type (``"fp32"``, ``"bf16"``, ``"i32"``...), ``operands`` the values the access will write or
+compare, flat numpy arrays by name (``"value"``; ``"compare"`` for a compare-and-swap), empty for a load.
+
+While an observer is called, :func:`access_frame` is the frame that asked the builder for the access, and
+:func:`kernel_frame` walks out from it to the kernel's own line (the observer's own caller may be another
+observer's ``atomic``).
 
 Examples
 --------
@@ -37,6 +43,7 @@ Examples
 """
 
 import functools
+import os
 import sys
 import threading
 
@@ -47,7 +54,22 @@ from triton.runtime import interpreter
 from ..base.patching import replace_once
 
 _observers = []
+_before = []  # the observers that have before_access
 _reporting = threading.local()  # .frame: the builder's caller, while observers hear of its access
+
+_IRIS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Frames that are not the user's kernel source: Triton, the interpreter adapter, the instruments, and iris's device
+# API (iris.store called from a kernel is reported at the kernel's line).
+NOT_KERNEL_SOURCE = (
+    os.path.dirname(os.path.abspath(__import__("triton").__file__)) + os.sep,
+    os.path.join(_IRIS, "interpret") + os.sep,
+    os.path.join(_IRIS, "instruments") + os.sep,
+    os.path.join(_IRIS, "language", "core.py"),
+    os.path.join(_IRIS, "language", "gluon.py"),
+    os.path.join(_IRIS, "language", "tracing.py"),
+    os.path.join(_IRIS, "language", "trace_events.py"),
+)
+_is_kernel_source: dict = {}  # code object -> whether its file is the user's kernel source (asked once per code)
 
 SEMANTICS = {
     ir.MEM_SEMANTIC.RELAXED: "relaxed",
@@ -71,12 +93,37 @@ def add_observer(observer) -> None:
     _install()
     if observer not in _observers:
         _observers.append(observer)
+        if hasattr(observer, "before_access"):
+            _before.append(observer)
 
 
 def remove_observer(observer) -> None:
     """Stop reporting to ``observer``; nothing happens if it was not added."""
     if observer in _observers:
         _observers.remove(observer)
+    if observer in _before:
+        _before.remove(observer)
+
+
+def kernel_frame(frame):
+    """The innermost frame, from ``frame`` outwards, that is the user's kernel source (None if there is none):
+    the line a report names for an access made through iris's device API or Triton's.
+
+    Examples
+    --------
+    >>> where = kernel_frame(access_frame())            # in an observer       # doctest: +SKIP
+    >>> where.f_code.co_filename, where.f_lineno        # doctest: +SKIP
+    ('<iris-cell-0123abcd>', 7)
+    """
+    while frame is not None:
+        code = frame.f_code
+        is_source = _is_kernel_source.get(code)
+        if is_source is None:
+            is_source = _is_kernel_source[code] = not code.co_filename.startswith(NOT_KERNEL_SOURCE)
+        if is_source:
+            return frame
+        frame = frame.f_back
+    return None
 
 
 def access_frame():
@@ -107,6 +154,22 @@ def _itemsize(pointers):
     return max(1, pointers.get_element_ty().primitive_bitwidth // 8)  # int1 is stored in a byte
 
 
+def _dtype_name(pointers) -> str:
+    return str(pointers.get_element_ty())
+
+
+def _tell_before(kind: str, ptrs, lanes, operands: dict, frame) -> None:
+    """Tell the observers that have ``before_access`` about an access about to happen to ``ptrs``' ``lanes``."""
+    addresses = np.ascontiguousarray(ptrs.data, dtype=np.uint64).reshape(-1)
+    values = {name: np.asarray(value.data).reshape(-1) for name, value in operands.items()}
+    _reporting.frame = frame
+    try:
+        for observer in list(_before):
+            observer.before_access(kind, addresses, lanes, _itemsize(ptrs), _dtype_name(ptrs), values)
+    finally:
+        _reporting.frame = None
+
+
 def _tell_access(kind: str, ptrs, mask, frame) -> None:
     """Tell every observer about a plain load or store (nothing to do, and nothing computed, without one)."""
     if _observers:
@@ -124,6 +187,8 @@ def _tell_access(kind: str, ptrs, mask, frame) -> None:
 def _observed_load(create_masked_load):
     @functools.wraps(create_masked_load)
     def load(self, ptrs, mask, *options, **named_options):
+        if _before:
+            _tell_before("load", ptrs, _lanes(ptrs, mask)[1], {}, sys._getframe(1))
         result = create_masked_load(self, ptrs, mask, *options, **named_options)
         _tell_access("load", ptrs, mask, sys._getframe(1))
         return result
@@ -134,6 +199,8 @@ def _observed_load(create_masked_load):
 def _observed_store(create_masked_store):
     @functools.wraps(create_masked_store)
     def store(self, ptrs, value, mask, *options, **named_options):
+        if _before:
+            _tell_before("store", ptrs, _lanes(ptrs, mask)[1], {"value": value}, sys._getframe(1))
         result = create_masked_store(self, ptrs, value, mask, *options, **named_options)
         _tell_access("store", ptrs, mask, sys._getframe(1))
         return result
@@ -171,6 +238,8 @@ def _observed_rmw(create_atomic_rmw):
         if not _observers or rmw_op not in RMW_KINDS or sem not in SEMANTICS:
             return create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope)
         _, lanes = _lanes(ptr, mask)
+        if _before:
+            _tell_before(RMW_KINDS[rmw_op], ptr, lanes, {"value": val}, sys._getframe(1))
 
         def perform():
             return create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope), lanes
@@ -186,6 +255,8 @@ def _observed_cas(create_atomic_cas):
         if not _observers or sem not in SEMANTICS:
             return create_atomic_cas(self, ptr, cmp, val, sem, scope)
         lanes = np.ones(np.shape(ptr.data), dtype=bool).reshape(-1)
+        if _before:
+            _tell_before("atomic_cas", ptr, lanes, {"compare": cmp, "value": val}, sys._getframe(1))
 
         def perform():
             result = create_atomic_cas(self, ptr, cmp, val, sem, scope)

@@ -118,6 +118,7 @@ class Iris:
         self.ccl = CCL(self)  # collectives as methods: ctx.ccl.all_reduce(out, inp), ...
         self.ops = Ops(self)  # GEMM + communication: ctx.ops.matmul_all_reduce(out, A, B), ...
         self._race_detector = None
+        self._step_gate = None  # while a stepped run holds this rank (iris.instruments.stepping.stepped)
         if requested == "races":
             self.start_race_check()
         self.group.barrier()
@@ -354,6 +355,8 @@ class Iris:
         alone call (:mod:`iris.ccl.groups`); a rank outside it gets a ``ValueError``.
         """
         sub_group = ccl_members(self, group, "barrier").group
+        if self._step_gate is not None:  # a stepped run holds the rank here too, and shows it waiting in the barrier
+            self._step_gate.at_host_barrier()
         if stream is not None:
             stream.synchronize()
         else:

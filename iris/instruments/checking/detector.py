@@ -24,12 +24,10 @@ Examples
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 
 import numpy as np
-import triton
 
 from ...interpret import access_events
 from .clocks import ATOMIC_BIT, ProgramClocks, happened_before, threads_of
@@ -52,18 +50,6 @@ from .shadow import (
 # Threads (vector clock entries) per rank: programs of a launch beyond this many share one (see clocks.py).
 PROGRAM_SLOTS = 64
 
-_IRIS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # iris/instruments/checking/..
-# Frames that are not the user's kernel source: Triton, the interpreter adapter, the instruments, and iris's device
-# API (iris.store called from a kernel is reported at the kernel's line).
-_NOT_KERNEL_SOURCE = (
-    os.path.dirname(os.path.abspath(triton.__file__)) + os.sep,
-    os.path.join(_IRIS, "interpret") + os.sep,
-    os.path.join(_IRIS, "instruments") + os.sep,
-    os.path.join(_IRIS, "language", "core.py"),
-    os.path.join(_IRIS, "language", "gluon.py"),
-    os.path.join(_IRIS, "language", "tracing.py"),
-    os.path.join(_IRIS, "language", "trace_events.py"),
-)
 
 _ACQUIRES = ("acquire", "acq_rel")
 _RELEASES = ("release", "acq_rel")
@@ -92,7 +78,6 @@ class RaceDetector:
         self._kernel = "?"
         self._sites: dict[tuple, int] = {}
         self._site_keys: list[tuple] = []
-        self._kernel_source: dict = {}  # code object -> whether it is user kernel source
         self._races: list[Race] = []
         self._seen: set = set()
         self._warned: set = set()
@@ -218,15 +203,7 @@ class RaceDetector:
         """Index of the access site (kernel, kind, file, line) in this rank's site table."""
         # From the frame that asked for the access, not from our caller: an atomic reaches this observer
         # through the other observers' atomic() (the workbench's hang report is one), outside the kernel.
-        frame = access_events.access_frame() or sys._getframe(2)
-        while frame is not None:
-            code = frame.f_code
-            is_source = self._kernel_source.get(code)
-            if is_source is None:
-                is_source = self._kernel_source[code] = not code.co_filename.startswith(_NOT_KERNEL_SOURCE)
-            if is_source:
-                break
-            frame = frame.f_back
+        frame = access_events.kernel_frame(access_events.access_frame() or sys._getframe(2))
         key = (self._kernel, kind, *((frame.f_code.co_filename, frame.f_lineno) if frame else ("<unknown>", 0)))
         index = self._sites.get(key)
         if index is None:

@@ -1,0 +1,27 @@
+"""Step through a distributed kernel on CPU ranks: every rank held before each access to a symmetric heap, the
+ranks let go one step at a time in an order a person (or a script, or a race report) chooses.
+
+* :mod:`.gate`: a rank's side, :func:`stepped` (an interpreter observer; refused on GPUs, which cannot pause);
+* :mod:`.coordinator`: :class:`Coordinator`, which holds the ranks and steps them;
+* :mod:`.order`: :class:`Order`, a run's steps, saved, edited and replayed (the same heaps, bit for bit);
+* :mod:`.transcript`: :class:`Transcript`, the numbered table of steps with the values before and after;
+* :mod:`.protocol`: what the two sides say.
+
+The workbench drives it from a notebook (``%%iris_kernel --step``, :func:`workbench.step`); a script runs a
+coordinator in one process and ``with stepped(ctx, address):`` in every rank.
+
+Examples
+--------
+>>> coordinator = Coordinator(world_size=2)                      # doctest: +SKIP
+>>> with stepped(ctx, coordinator.address):                      # on every rank  # doctest: +SKIP
+...     kernel[(1,)](...)
+"""
+
+from .coordinator import Coordinator, RankState, SteppingError
+from .gate import Gate, stepped
+from .order import Entry, Order, OrderDiverged
+from .protocol import SteppingStopped
+from .transcript import Step, Transcript
+
+__all__ = ["Coordinator", "Entry", "Gate", "Order", "OrderDiverged", "RankState", "Step", "SteppingError",
+           "SteppingStopped", "Transcript", "stepped"]
