@@ -6,13 +6,22 @@ Run on one machine with N GPUs (one rank each)::
     torchrun --nproc_per_node=N benchmarks/allreduce.py --eager    # the eager table only
     torchrun --nproc_per_node=N benchmarks/allreduce.py --check    # correctness of every variant only
     torchrun --nproc_per_node=N benchmarks/allreduce.py --gluon    # Gluon all_gather and all_to_all only
+    torchrun --nproc_per_node=N benchmarks/allreduce.py --peers --dtypes bf16   # all_reduce against every peer
 
 NCCL runs in its own process group (torch.distributed initialised with NCCL; iris makes a gloo group of its
 own for host exchange), with NVLink multicast (NVLS) off, as on the machines this was written for. Both
 sides are timed as CUDA-graph replays (several calls per graph, timed with events; eager loops where a
-capture fails, marked in the table). Reported per size: latency in µs and bus bandwidth, ``2 (n - 1) / n *
-bytes / t`` for all_reduce and ``(n - 1) / n * bytes / t`` for all_gather (bytes: the output). The table and
-the goals, met or missed, go to benchmarks/RESULTS.md; the plot to benchmarks/allreduce_<N>gpu.png.
+capture fails, marked in the table), each figure the median of ``--rounds`` measurements (3 by default).
+Reported per size: latency in µs and bus bandwidth, ``2 (n - 1) / n * bytes / t`` for all_reduce and
+``(n - 1) / n * bytes / t`` for all_gather (bytes: the output). The table and the goals, met or missed, go to
+benchmarks/RESULTS.md; the plot to benchmarks/allreduce_<N>gpu.png.
+
+all_reduce is measured against every peer of :class:`Peers`, each in its own column: NCCL on an ordinary
+buffer, NCCL on a buffer registered as a symmetric window (where NCCL 2.27+ runs its symmetric kernels; the
+kernels it ran are read from a profile and said), and torch symmetric memory's one_shot and two_shot. A peer this
+torch or machine cannot run is left out with the reason, in the table's text. Every column's result is checked
+against an fp32 sum before it is timed. The "best peer" column is the fastest peer's time over ours ("auto": the
+default config), and "auto ran" the variant that call ran.
 
 ``--gluon`` times the Gluon collectives (``Config(use_gluon=True)``) against the Triton kernels of the same
 algorithms and NCCL: all_gather by the size rule (columns ``auto`` and ``gluon``), and all_to_all (columns
@@ -32,8 +41,11 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before NCCL starts: multicast stays off, for NCCL too
+os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")  # and for torch's symmetric memory
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -59,6 +71,7 @@ OURS = ("auto", *ALL_REDUCE_VARIANTS)
 # accumulators; the inboxes of one_shot and push hold 2 x world copies of the input.
 MAX_BYTES = {"atomic": 64 * MiB, "one_shot": 64 * MiB, "push": 64 * MiB}
 TIMED_MS = 20.0  # replays per measurement: about this long
+ROUNDS = 3  # measurements per figure: the median is reported
 EAGER_MAX_BYTES = 4 * MiB  # eager calls are timed up to this size: above it the kernel dominates anyway
 EAGER_CALLS = 300  # calls per eager loop, the same on every rank (each call is a collective)
 EAGER_GOAL = 0.6  # eager all_reduce at most this fraction of NCCL's eager time
@@ -77,12 +90,33 @@ def _config(variant: str) -> Config:
 
 # ------------------------------------------------------------------ timing
 
-def measure(fn, calls: int, timed_ms: float = TIMED_MS) -> tuple[float, bool]:
+def measure(fn, calls: int, timed_ms: float = TIMED_MS, graph: bool = True) -> tuple[float, bool]:
     """(µs per call, captured): ``calls`` calls captured in one CUDA graph, replayed for about ``timed_ms``, the
     slowest rank's time (:func:`iris.perf.replay_time`, shared with ``iris.perf.compare``; an eager loop where a
-    capture fails)."""
-    timing = replay_time(fn, calls, timed_ms)
+    capture fails, or where ``graph`` is False: a call that synchronises with the host cannot be captured)."""
+    timing = replay_time(fn, calls, timed_ms, graph=graph)
     return timing.us, timing.captured
+
+
+def median_of(fn, rounds: int, calls: int, timed_ms: float = TIMED_MS) -> tuple[float, bool]:
+    """(µs per call, captured): the median of ``rounds`` measurements (:func:`measure`), one after another."""
+    timings = [measure(fn, calls, timed_ms) for _ in range(rounds)]
+    return statistics.median(us for us, _ in timings), all(captured for _, captured in timings)
+
+
+def rotated_medians(calls: dict, rounds: int, per_graph: int, timed_ms: float = TIMED_MS,
+                    eager: tuple = ()) -> dict:
+    """{name: (µs per call, captured)}: the median of ``rounds`` rounds, each timing every callable of ``calls``
+    once (:func:`measure`, ``per_graph`` calls per graph; those named in ``eager`` as eager loops), starting one
+    further along each round: a GPU that heats up clocks down (bf16 GEMMs reach the H200's power limit), so
+    whatever ran first in a single pass would look faster than the rest."""
+    names = list(calls)
+    samples = {name: [] for name in names}
+    for round_ in range(rounds if names else 0):
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            samples[name].append(measure(calls[name], per_graph, timed_ms, graph=name not in eager))
+    return {name: (statistics.median(us for us, _ in timings), all(captured for _, captured in timings))
+            for name, timings in samples.items()}
 
 
 def eager(fn) -> float:
@@ -134,26 +168,191 @@ def calls_per_graph(nbytes: int) -> int:
     return 20 if nbytes <= 4 * MiB else 1
 
 
-def bench_all_reduce(ctx, nbytes: int, dtype) -> dict:
-    """{name: (µs, captured)} for NCCL and every variant of ours."""
+# ------------------------------------------------------------------ peers
+
+PEERS = ("NCCL", "NCCL symmetric", "torch one_shot", "torch two_shot")
+# torch's one_shot has every rank read every peer's whole input, as our one_shot: not run beyond the same size.
+PEER_MAX_BYTES = {"torch one_shot": MAX_BYTES["one_shot"]}
+
+
+@dataclass
+class PeerCall:
+    """One peer's all_reduce of one input: ``call`` sums what ``load`` put in its buffer into ``result``;
+    ``release`` gives its buffers back (collective where their registration was)."""
+
+    call: Callable[[], object]
+    result: torch.Tensor
+    load: Callable[[], object]
+    release: Callable[[], object] = lambda: None
+
+
+class Peers:
+    """The all_reduce implementations ours is measured against, each on buffers of its own kind.
+
+    * **NCCL**: ``dist.all_reduce`` on a buffer of torch's caching allocator;
+    * **NCCL symmetric**: the same call on a buffer NCCL allocated (``ncclMemAlloc``, through the process group's
+      ``mem_allocator`` and a ``torch.cuda.MemPool``) and the group registered as a symmetric window
+      (``register_mem_pool(pool, symm=True)``: ``ncclCommWindowRegister`` with ``NCCL_WIN_COLL_SYMMETRIC``), where
+      NCCL 2.27+ may run its symmetric kernels. Which kernels it ran is read from a profile of one call (the
+      symmetric ones are named ``ncclSymk...``), kept in ``kernels`` by (dtype, bytes) and said beside the table;
+    * **torch one_shot / two_shot**: ``torch.ops.symm_mem.one_shot_all_reduce_out`` and ``two_shot_all_reduce_out``
+      (torch's own kernels; NVLink multicast off) on a buffer from ``symm_mem.empty``, rendezvoused over the group.
+
+    A peer that cannot be set up here (this torch lacks it, the machine refuses it) or that sums wrongly is left
+    out on every rank alike, with the first rank's reason in ``unavailable``.
+    """
+
+    def __init__(self, group):
+        self.group = group
+        self.unavailable: dict[str, str] = {}
+        self.kernels: dict[tuple[torch.dtype, int], list[str]] = {}
+
+    def make(self, name: str, inp: torch.Tensor) -> PeerCall | None:
+        """``name``'s :class:`PeerCall` over a copy of ``inp``, or None where it is unavailable (on every rank)."""
+        maker = {"NCCL": self._nccl, "NCCL symmetric": self._nccl_symmetric,
+                 "torch one_shot": self._torch_symm_mem, "torch two_shot": self._torch_symm_mem}[name]
+        return self.agreed(name, lambda: maker(name, inp))
+
+    def agreed(self, name: str, attempt):
+        """``attempt()``'s value, or None on every rank when it raised on any (the peer is then marked
+        unavailable with the first rank's reason): every rank goes on to time the same calls."""
+        if name in self.unavailable:
+            return None
+        try:
+            value, why = attempt(), None
+        except Exception as error:  # any: every rank must learn of it before the next collective
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            value, why = None, f"{type(error).__name__}: {first_line}"
+        whys = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(whys, why, group=self.group)
+        failed = [f"rank {rank}: {w}" for rank, w in enumerate(whys) if w]
+        if failed:
+            self.unavailable[name] = failed[0]
+            return None
+        return value
+
+    def _nccl(self, name, inp):
+        buffer = inp.clone()
+        return PeerCall(lambda: dist.all_reduce(buffer, group=self.group), buffer, lambda: buffer.copy_(inp))
+
+    def _nccl_symmetric(self, name, inp):
+        backend = self.group._get_backend(inp.device)
+        pool = torch.cuda.MemPool(backend.mem_allocator)
+        with torch.cuda.use_mem_pool(pool):
+            buffer = torch.empty_like(inp)
+        # After the allocation: a segment the pool makes later is not made a symmetric window in every torch.
+        backend.register_mem_pool(pool, symm=True)
+        return PeerCall(lambda: dist.all_reduce(buffer, group=self.group), buffer, lambda: buffer.copy_(inp),
+                        lambda: backend.deregister_mem_pool(pool))
+
+    def _torch_symm_mem(self, name, inp):
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        group_name = self.group.group_name
+        buffer = symm_mem.empty(inp.numel(), dtype=inp.dtype, device=inp.device)
+        symm_mem.rendezvous(buffer, group_name)
+        out = torch.empty_like(buffer)
+        op = (torch.ops.symm_mem.one_shot_all_reduce_out if name == "torch one_shot"
+              else torch.ops.symm_mem.two_shot_all_reduce_out)  # its schema lets it write its input: load first
+        return PeerCall(lambda: op(buffer, "sum", group_name, out), out, lambda: buffer.copy_(inp))
+
+    def record_kernels(self, key: tuple[torch.dtype, int], call) -> None:
+        """The NCCL kernels one ``call`` launched, from a profile of it. Collective: the call is made on every rank
+        even where the profiler cannot start."""
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+
+        try:
+            profiler = profile(activities=[ProfilerActivity.CUDA])
+            profiler.start()
+        except Exception as error:  # no CUPTI here: the call is still made, for the peers
+            profiler, why = None, f"no profile: {type(error).__name__}"
+        call()
+        torch.cuda.synchronize()
+        if profiler is None:
+            self.kernels[key] = [why]
+            return
+        profiler.stop()
+        self.kernels[key] = sorted({event.key for event in profiler.key_averages()
+                                    if event.device_type == DeviceType.CUDA and "nccl" in event.key.lower()})
+
+
+def too_far(got: torch.Tensor, reference: torch.Tensor, dtype, world: int) -> float | None:
+    """The largest error of an all_reduce's ``got`` against the fp32 ``reference`` sum, where it is more than
+    rounding allows (bf16 inputs: 2% of the sum's scale per rank; fp32: 0.01%); None where it is within."""
+    tolerance = 2e-2 * world if dtype == torch.bfloat16 else 1e-4 * world
+    error = (got.float() - reference).abs().max().item()
+    return error if error > tolerance * max(1.0, reference.abs().max().item() / 4) else None
+
+
+def bench_all_reduce(ctx, nbytes: int, dtype, peers: Peers, rounds: int = ROUNDS) -> dict:
+    """{name: (µs, captured)} for every peer and every variant of ours, each checked against an fp32 sum first, and
+    ``AUTO_RAN``: the variant the default config ran."""
     n = nbytes // torch.tensor([], dtype=dtype).element_size()
+    world, dtype_name = ctx.num_ranks, str(dtype).removeprefix("torch.")
     inp = ctx.randn(n, dtype=dtype)
     out = ctx.zeros(n, dtype=dtype)
-    nccl = inp.clone()
+    reference = inp.to(torch.float32, copy=True)
+    dist.all_reduce(reference)
     calls = calls_per_graph(nbytes)
-    times = {"NCCL": measure(lambda: dist.all_reduce(nccl), calls)}
+    times = {}
+    for name in PEERS:
+        if nbytes > PEER_MAX_BYTES.get(name, nbytes):
+            continue
+        peer = peers.make(name, inp)
+        if peer is None:
+            continue
+
+        def checked(peer=peer):
+            peer.load()
+            peer.call()
+            torch.cuda.synchronize()
+            error = too_far(peer.result, reference, dtype, world)
+            if error is not None:
+                raise ValueError(f"its sum differs from NCCL's fp32 sum by up to {error:.3g} ({dtype_name}, "
+                                 f"{_size(nbytes)})")
+            return True
+
+        if peers.agreed(name, checked):
+            times[name] = median_of(peer.call, rounds, calls)
+            if name == "NCCL symmetric":
+                peers.record_kernels((dtype, nbytes), peer.call)
+        peer.release()
     for variant in OURS:
         if nbytes > MAX_BYTES.get(variant, nbytes):
             continue
         config = _config(variant)
+        out.fill_(float("nan"))
         workspace = iris.ccl.all_reduce(out, inp, ctx, config=config)  # allocates, outside any capture
-        times[variant] = measure(
-            lambda c=config, w=workspace: iris.ccl.all_reduce(out, inp, ctx, config=c, workspace=w), calls)
+        torch.cuda.synchronize()
+        error = too_far(out, reference, dtype, world)
+        assert error is None, f"rank {ctx.cur_rank}: all_reduce {variant} {dtype_name} {_size(nbytes)}: error {error}"
+        times[variant] = median_of(
+            lambda c=config, w=workspace: iris.ccl.all_reduce(out, inp, ctx, config=c, workspace=w), rounds, calls)
+        if variant == "auto":
+            times[AUTO_RAN] = workspace.key[1]
         del workspace  # released (collectively) at the next allocation
     return times
 
 
-def bench_all_gather(ctx, nbytes: int, dtype) -> dict:
+AUTO_RAN = "auto ran"  # bench_all_reduce's entry naming the variant "auto" ran (a string, not a timing)
+
+
+def timed(times: dict) -> dict:
+    """The timings of a size's entries ({name: (µs, captured)}), without :data:`AUTO_RAN`."""
+    return {name: value for name, value in times.items() if name != AUTO_RAN}
+
+
+def best_peer(times: dict) -> tuple[str, float] | None:
+    """(the fastest peer's name, its µs) at one size, or None where no peer ran."""
+    ran = {name: times[name][0] for name in PEERS if name in times}
+    if not ran:
+        return None
+    name = min(ran, key=ran.get)
+    return name, ran[name]
+
+
+def bench_all_gather(ctx, nbytes: int, dtype, rounds: int = ROUNDS) -> dict:
     """{name: (µs, captured)} for NCCL's all_gather_into_tensor, ours by the size rule ("auto") and each variant."""
     world = ctx.num_ranks
     n = nbytes // torch.tensor([], dtype=dtype).element_size() // world
@@ -161,20 +360,20 @@ def bench_all_gather(ctx, nbytes: int, dtype) -> dict:
     out = ctx.zeros(world * n, dtype=dtype)
     nccl_out = torch.empty_like(out)
     calls = calls_per_graph(nbytes)
-    times = {"NCCL": measure(lambda: dist.all_gather_into_tensor(nccl_out, inp), calls)}
+    times = {"NCCL": median_of(lambda: dist.all_gather_into_tensor(nccl_out, inp), rounds, calls)}
     for variant in ("auto", *ALL_GATHER_VARIANTS, "gluon"):
         if nbytes > MAX_BYTES.get(variant, nbytes):
             continue
         config = Config(use_gluon=True) if variant == "gluon" else Config(
             all_gather_variant=None if variant == "auto" else variant)
         workspace = iris.ccl.all_gather(out, inp, ctx, config=config)
-        times[variant] = measure(
-            lambda c=config, w=workspace: iris.ccl.all_gather(out, inp, ctx, config=c, workspace=w), calls)
+        times[variant] = median_of(
+            lambda c=config, w=workspace: iris.ccl.all_gather(out, inp, ctx, config=c, workspace=w), rounds, calls)
         del workspace
     return times
 
 
-def bench_all_to_all(ctx, nbytes: int, dtype) -> dict:
+def bench_all_to_all(ctx, nbytes: int, dtype, rounds: int = ROUNDS) -> dict:
     """{name: (µs, captured)} for NCCL's all_to_all_single and ours, Triton and Gluon; ``nbytes``: each rank's
     input, rows of ``ALL_TO_ALL_ROW`` elements."""
     rows = max(1, nbytes // torch.tensor([], dtype=dtype).element_size() // ALL_TO_ALL_ROW)
@@ -182,11 +381,11 @@ def bench_all_to_all(ctx, nbytes: int, dtype) -> dict:
     out = ctx.zeros_like(inp)
     nccl_out = torch.empty_like(inp)
     calls = calls_per_graph(nbytes)
-    times = {"NCCL": measure(lambda: dist.all_to_all_single(nccl_out, inp), calls)}
+    times = {"NCCL": median_of(lambda: dist.all_to_all_single(nccl_out, inp), rounds, calls)}
     for name, config in (("triton", Config()), ("gluon", Config(use_gluon=True))):
         workspace = iris.ccl.all_to_all(out, inp, ctx, config=config)
-        times[name] = measure(lambda c=config, w=workspace: iris.ccl.all_to_all(out, inp, ctx, config=c, workspace=w),
-                              calls)
+        times[name] = median_of(
+            lambda c=config, w=workspace: iris.ccl.all_to_all(out, inp, ctx, config=c, workspace=w), rounds, calls)
         del workspace
     return times
 
@@ -201,15 +400,14 @@ def check(ctx) -> None:
         for nbytes in CHECK_SIZES:
             n = nbytes // torch.tensor([], dtype=dtype).element_size()
             inp = ctx.randn(n, dtype=dtype)
-            reference = inp.float().clone()  # .float() of an fp32 tensor is the tensor itself
+            reference = inp.to(torch.float32, copy=True)
             dist.all_reduce(reference)
-            tolerance = 2e-2 * world if dtype == torch.bfloat16 else 1e-4 * world
             for variant in OURS:
                 out, workspace = ctx.zeros(n, dtype=dtype), None
                 for _ in range(2):  # the second call reuses the workspace
                     workspace = iris.ccl.all_reduce(out, inp, ctx, config=_config(variant), workspace=workspace)
-                error = (out.float() - reference).abs().max().item()
-                if error > tolerance * max(1.0, reference.abs().max().item() / 4):
+                error = too_far(out, reference, dtype, world)
+                if error is not None:
                     failures.append(f"all_reduce {variant} {name} {_size(nbytes)}: max error {error:.3g}")
             nccl = torch.empty(world * n, dtype=dtype, device="cuda")
             dist.all_gather_into_tensor(nccl, inp)
@@ -262,7 +460,7 @@ def goal_line(name: str, by_size: dict, goal) -> str | None:
     line = f"- {name}, {what}: **{'met' if ratio >= needed else 'missed'}** (worst: {fmt.format(ratio)} at " \
            f"{_size(worst)}"
     if ratio < needed:
-        by_variant = {k: t[0] for k, t in by_size[worst].items() if k != "NCCL"}
+        by_variant = {k: t[0] for k, t in timed(by_size[worst]).items() if k not in PEERS}
         fastest = min(by_variant, key=by_variant.get)
         best = speedup(by_size[worst], fastest)
         line += (f"; fastest variant there: {fastest} at {fmt.format(best)}, so "
@@ -277,12 +475,44 @@ def goals(rows: dict) -> list[str]:
     return [line for line in lines if line]
 
 
-def table(rows: dict, world: int, gather: bool) -> list[str]:
+PEER_GOALS = [  # issue 44's, set for 4 ranks: (what, sizes covered, figure: "ratio" (best peer / auto) or "us", bound)
+    ("at least 1.3x the best peer up to 256 KiB", lambda s: s <= 256 * KiB, "ratio", 1.3),
+    ("at most 6 µs at 8 KiB", lambda s: s == 8 * KiB, "us", 6.0),
+    ("never slower than the best peer up to 256 MiB", lambda s: s <= 256 * MiB, "ratio", 1.0),
+]
+
+
+def peer_goals(rows: dict) -> list[str]:
+    """One line per goal of :data:`PEER_GOALS` and dtype: met or missed, by column "auto", at its worst size (the
+    lowest ratio to the best peer, or the most µs) and the peer there."""
     lines = []
     for name, by_size in rows.items():
-        keys = list(next(iter(by_size.values())))
+        for what, covers, figure, bound in PEER_GOALS:
+            sizes = [s for s in by_size if covers(s) and "auto" in by_size[s] and best_peer(by_size[s])]
+            if not sizes:
+                continue
+            ratio = {s: best_peer(by_size[s])[1] / by_size[s]["auto"][0] for s in sizes}
+            if figure == "ratio":
+                worst = min(sizes, key=ratio.get)
+                met, reads = ratio[worst] >= bound, f"{ratio[worst]:.2f}x"
+            else:
+                worst = max(sizes, key=lambda s: by_size[s]["auto"][0])
+                met, reads = by_size[worst]["auto"][0] <= bound, f"{by_size[worst]['auto'][0]:.1f} µs"
+            peer, peer_us = best_peer(by_size[worst])
+            lines.append(f"- {name}, {what}: **{'met' if met else 'missed'}** (worst: {reads} at {_size(worst)}; "
+                         f"the best peer there: {peer}, {peer_us:.1f} µs)")
+    return lines
+
+
+def table(rows: dict, world: int, gather: bool) -> list[str]:
+    """One table per entry of ``rows``: µs per call and bus GB/s of each column at each size; for all_reduce, the
+    best peer's time over ours ("auto") and the variant "auto" ran."""
+    lines = []
+    for name, by_size in rows.items():
+        keys = list(dict.fromkeys(k for times in by_size.values() for k in timed(times)))
+        extra = ["best peer", AUTO_RAN] if any(AUTO_RAN in times for times in by_size.values()) else []
         lines += [f"**{name}** — µs per call (bus GB/s)", "",
-                  "| size | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+                  "| size | " + " | ".join(keys + extra) + " |", "|---" * (len(keys) + len(extra) + 1) + "|"]
         for nbytes, times in by_size.items():
             cells = []
             for key in keys:
@@ -291,6 +521,10 @@ def table(rows: dict, world: int, gather: bool) -> list[str]:
                     continue
                 us, captured = times[key]
                 cells.append(f"{us:.1f} ({busbw(nbytes, us, world, gather):.3g})" + ("" if captured else " eager"))
+            if extra:
+                best = best_peer(times)
+                cells.append(f"{best[1] / times['auto'][0]:.2f}x ({best[0]})" if best and "auto" in times else "–")
+                cells.append(times.get(AUTO_RAN, "–"))
             lines.append(f"| {_size(nbytes)} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
@@ -306,7 +540,7 @@ def plot(reduce_rows: dict, gather_rows: dict, world: int, path: str) -> None:
     panels += [(f"all_gather {k}", v, True) for k, v in gather_rows.items()]
     figure, axes = plt.subplots(2, len(panels), figsize=(5 * len(panels), 8), squeeze=False)
     for column, (title, by_size, gather) in enumerate(panels):
-        keys = {k for times in by_size.values() for k in times}
+        keys = {k for times in by_size.values() for k in timed(times)}
         for key in sorted(keys, key=lambda k: (k != "NCCL", k)):
             sizes = [s for s in by_size if key in by_size[s]]
             us = [by_size[s][key][0] for s in sizes]
@@ -359,12 +593,13 @@ def report_eager(rows: dict, world: int) -> None:
 
 
 def rules() -> str:
-    """The size rules that pick the "auto" column, and the variants not run at every size, in words."""
+    """What picks the "auto" column, and the variants not run at every size, in words."""
     by_limit = {}
-    for variant, limit in MAX_BYTES.items():
+    for variant, limit in {**MAX_BYTES, **PEER_MAX_BYTES}.items():
         by_limit.setdefault(limit, []).append(variant)
-    return (f"auto = the size rule: inboxes (one_shot, push) while each rank's input bytes x (n-1) <= "
-            f"{_size(INBOX_BYTES)} (all_gather: input = size / n); above, all_reduce uses ring from "
+    return (f"auto = the default config: this machine's tuning or the shipped table's row for this GPU and world size "
+            f"(iris.ccl.tuning), else the size rule: inboxes (one_shot, push) while each rank's input bytes x (n-1) "
+            f"<= {_size(INBOX_BYTES)} (all_gather: input = size / n); above, all_reduce uses ring from "
             f"{_size(RING_FROM_BYTES)} on {RING_FROM_WORLD} ranks or more, else two_shot, and all_gather uses pull. "
             + "; ".join(f"{', '.join(v)} not run above {_size(limit)}" for limit, v in sorted(by_limit.items())) + ".")
 
@@ -374,46 +609,90 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="only check every variant's results against NCCL")
     parser.add_argument("--eager", action="store_true", help="only the eager table (host loops up to 4 MiB)")
     parser.add_argument("--gluon", action="store_true", help="only the Gluon collectives against Triton and NCCL")
+    parser.add_argument("--peers", action="store_true", help="only the all_reduce tables, against every peer")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="measurements per figure (their median)")
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help="all_reduce's dtypes, e.g. bf16 (default: all)")
     args = parser.parse_args()
+    dtypes = {name: DTYPES[name] for name in args.dtypes.split(",")}
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
     ctx = iris.iris("5GiB" if not args.check else "1GiB", backend="cuda")
     world = ctx.num_ranks
     eager_sizes = [size for size in SIZES if size <= EAGER_MAX_BYTES]
+    peers = Peers(dist.group.WORLD)
     if args.check:
         check(ctx)
     elif args.gluon:
-        gather_rows = {"bf16": {s: bench_all_gather(ctx, s, torch.bfloat16) for s in GATHER_SIZES}}
-        all_to_all_rows = {"bf16": {s: bench_all_to_all(ctx, s, torch.bfloat16) for s in ALL_TO_ALL_SIZES}}
+        gather_rows = {"bf16": {s: bench_all_gather(ctx, s, torch.bfloat16, args.rounds) for s in GATHER_SIZES}}
+        all_to_all_rows = {"bf16": {s: bench_all_to_all(ctx, s, torch.bfloat16, args.rounds)
+                                    for s in ALL_TO_ALL_SIZES}}
         if ctx.cur_rank == 0:
             report_gluon(gather_rows, all_to_all_rows, world)
     elif args.eager:
-        rows = {name: {s: bench_eager(ctx, s, dtype) for s in eager_sizes} for name, dtype in DTYPES.items()}
+        rows = {name: {s: bench_eager(ctx, s, dtype) for s in eager_sizes} for name, dtype in dtypes.items()}
         if ctx.cur_rank == 0:
             report_eager(rows, world)
+    elif args.peers:
+        reduce_rows = {name: {s: bench_all_reduce(ctx, s, dtype, peers, args.rounds) for s in SIZES}
+                       for name, dtype in dtypes.items()}
+        if ctx.cur_rank == 0:
+            report_peers(reduce_rows, peers, world, args.rounds)
     else:
-        eager_rows = {name: {s: bench_eager(ctx, s, dtype) for s in eager_sizes} for name, dtype in DTYPES.items()}
+        eager_rows = {name: {s: bench_eager(ctx, s, dtype) for s in eager_sizes} for name, dtype in dtypes.items()}
         if ctx.cur_rank == 0:
             report_eager(eager_rows, world)
-        reduce_rows = {name: {s: bench_all_reduce(ctx, s, dtype) for s in SIZES} for name, dtype in DTYPES.items()}
-        gather_rows = {"bf16": {s: bench_all_gather(ctx, s, torch.bfloat16) for s in GATHER_SIZES}}
+        reduce_rows = {name: {s: bench_all_reduce(ctx, s, dtype, peers, args.rounds) for s in SIZES}
+                       for name, dtype in dtypes.items()}
+        gather_rows = {"bf16": {s: bench_all_gather(ctx, s, torch.bfloat16, args.rounds) for s in GATHER_SIZES}}
         if ctx.cur_rank == 0:
-            report(reduce_rows, gather_rows, world)
+            report(reduce_rows, gather_rows, peers, world, args.rounds)
     ctx.barrier()
     dist.destroy_process_group()
 
 
-def report(reduce_rows: dict, gather_rows: dict, world: int) -> None:
+def timing_words(world: int, rounds: int) -> str:
+    """How the tables were measured, in words: the machine, NCCL, the timer."""
+    return (f"{environment()}; {world} ranks, one per GPU; NCCL {'.'.join(map(str, torch.cuda.nccl.version()))} "
+            f"with NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')}; every column timed as CUDA-graph replays "
+            f"(20 calls per graph up to 4 MiB, 1 above), the slowest rank's mean, each figure the median of {rounds} "
+            "such measurements; bus bandwidth 2(n-1)/n x bytes / t (all_gather: (n-1)/n x output bytes / t).")
+
+
+def peer_words(rows: dict, peers: Peers) -> list[str]:
+    """What each peer is, which could not run here and why, and which kernels NCCL ran on registered buffers."""
+    lines = ["Peers: NCCL = `dist.all_reduce` on an ordinary buffer; NCCL symmetric = the same call on a buffer from "
+             "NCCL's allocator (`torch.cuda.MemPool(backend.mem_allocator)`) registered as a symmetric window "
+             "(`register_mem_pool(pool, symm=True)`); torch one_shot / two_shot = "
+             "`torch.ops.symm_mem.one_shot_all_reduce_out` / `two_shot_all_reduce_out` on a buffer from "
+             "`symm_mem.empty` after `symm_mem.rendezvous` (torch's CUDA backend, multicast off). Every column's "
+             "result was checked against an fp32 sum before it was timed. best peer = the fastest peer's µs / auto's "
+             "µs (above 1: iris faster).", ""]
+    lines += [f"- {name}: not run here ({why})" for name, why in peers.unavailable.items()]
+    for dtype_name, by_size in rows.items():
+        seen = {}
+        for nbytes in by_size:
+            if (DTYPES[dtype_name], nbytes) in peers.kernels:
+                kernels = ", ".join(peers.kernels[(DTYPES[dtype_name], nbytes)]) or "none seen in the profile"
+                seen.setdefault(kernels, []).append(_size(nbytes))
+        if seen:
+            lines += [f"- NCCL symmetric, {dtype_name}: the kernels NCCL ran on the registered buffer (a profile of "
+                      "one call per size; its symmetric kernels are named ncclSymk...): "
+                      + "; ".join(f"{', '.join(sizes)}: {kernels} ("
+                                  f"{'symmetric' if 'symk' in kernels.lower() else 'not symmetric'})"
+                                  for kernels, sizes in seen.items())]
+    return lines + [""]
+
+
+def report(reduce_rows: dict, gather_rows: dict, peers: Peers, world: int, rounds: int) -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     plot(reduce_rows, gather_rows, world, os.path.join(here, f"allreduce_{world}gpu.png"))
     body = [
-        f"{environment()}; {world} ranks, one per GPU; NCCL {'.'.join(map(str, torch.cuda.nccl.version()))} with "
-        f"NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')}; both sides timed as CUDA-graph replays "
-        "(20 calls per graph up to 4 MiB, 1 above), slowest rank's mean; bus bandwidth 2(n-1)/n x bytes / t "
-        f"(all_gather: (n-1)/n x output bytes / t). {rules()} Plot: benchmarks/allreduce_{world}gpu.png.",
-        "",
+        f"{timing_words(world, rounds)} {rules()} Plot: benchmarks/allreduce_{world}gpu.png.", "",
+        *peer_words(reduce_rows, peers),
         "Goals (all_reduce, auto against NCCL):", "", *goals(reduce_rows), "",
+        "Goals (all_reduce, auto against the best peer; issue 44's, set for 4 ranks):", "",
+        *peer_goals(reduce_rows), "",
         "Goals (all_gather, auto against NCCL's all_gather_into_tensor):", "",
         *goals({f"all_gather {k}": v for k, v in gather_rows.items()}), "",
         *table(reduce_rows, world, gather=False),
@@ -421,6 +700,17 @@ def report(reduce_rows: dict, gather_rows: dict, world: int) -> None:
     ]
     print("\n".join(body))
     write_section(f"allreduce ({world} GPUs)", "\n".join(body))
+
+
+def report_peers(reduce_rows: dict, peers: Peers, world: int, rounds: int) -> None:
+    body = [
+        f"{timing_words(world, rounds)} {rules()}", "", *peer_words(reduce_rows, peers),
+        "Goals (auto against the best peer; issue 44's, set for 4 ranks):", "", *peer_goals(reduce_rows), "",
+        "Goals (auto against NCCL):", "", *goals(reduce_rows), "",
+        *table(reduce_rows, world, gather=False),
+    ]
+    print("\n".join(body))
+    write_section(f"allreduce against every peer ({world} GPUs)", "\n".join(body))
 
 
 def gluon_goal(name: str, by_size: dict, triton: str) -> str:

@@ -38,7 +38,6 @@ import argparse
 import functools
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -49,7 +48,8 @@ import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
-from benchmarks.allreduce import host_cost, measure  # noqa: E402
+from benchmarks import allreduce  # noqa: E402
+from benchmarks.allreduce import host_cost  # noqa: E402
 from benchmarks.results import RESULTS, environment, write_section  # noqa: E402
 from iris.ops.pieces import boundary_rows, cut_rows, split  # noqa: E402
 
@@ -290,19 +290,12 @@ def measure_case(ctx, op, shape, case: Case) -> dict:
 
 
 def rotated_medians(calls: dict) -> tuple[dict, list]:
-    """Each callable's µs per call (None ones left out), the median of :data:`ROUNDS` rounds, and the keys of
-    those that could not be captured. Each round times every callable once, starting one further along: a GPU
-    that heats up clocks down (bf16 GEMMs reach the H200's power limit), so whatever ran first in a single pass
-    would look faster than the rest."""
-    keys = [key for key, call in calls.items() if call is not None]
-    samples, eager = {key: [] for key in keys}, set()
-    for round_ in range(ROUNDS):
-        for key in keys[round_:] + keys[:round_]:
-            us, captured = measure(calls[key], CALLS, TIMED_MS)
-            samples[key].append(us)
-            if not captured:
-                eager.add(key)
-    return {key: statistics.median(values) for key, values in samples.items()}, sorted(eager)
+    """Each callable's µs per call (None ones left out), the median of :data:`ROUNDS` rotated rounds
+    (:func:`benchmarks.allreduce.rotated_medians`), and the keys of those that could not be captured."""
+    timings = allreduce.rotated_medians({key: call for key, call in calls.items() if call is not None}, ROUNDS,
+                                        CALLS, TIMED_MS)
+    return {key: us for key, (us, _) in timings.items()}, sorted(key for key, (_, captured) in timings.items()
+                                                                  if not captured)
 
 
 def sweep(ctx, op, shape, case: Case, plans) -> dict:

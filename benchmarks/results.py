@@ -44,6 +44,35 @@ def write_section(name: str, body: str) -> Path:
 
 
 LESSONS_SECTION = "Lessons against torch + NCCL"
+LESSON_GOAL = 1.10  # issue 44: a lesson's final kernel takes at most this times its baseline's time
+
+
+def steps_table(lesson: str, rows: dict, baseline: str, final: str) -> list[str]:
+    """A lesson's steps as the lines of a table, then issue 44's goal for its final kernel, met or missed.
+
+    Parameters
+    ----------
+    lesson : str
+        The lesson's number, e.g. "11".
+    rows : dict
+        ``{step or baseline: (µs per call, captured)}``, in the table's order; captured False: an eager loop.
+    baseline : str
+        The row every ratio is taken to (what a practitioner would call instead).
+    final : str
+        The row of the lesson's final kernel, judged against :data:`LESSON_GOAL`.
+
+    Examples
+    --------
+    >>> steps_table("12", {"gather + SDPA": (40.0, True), "ours": (20.0, True)}, "gather + SDPA", "ours")[-1]
+    "Goal (issue 44): the lesson's final kernel, ours, at most 1.10x gather + SDPA: **met** (0.50x)."
+    """
+    base = rows[baseline][0]
+    lines = [f"| lesson {lesson} | µs | / {baseline} | timed as |", "|---|---|---|---|"]
+    lines += [f"| {name} | {us:.1f} | {us / base:.2f} | {'CUDA graph' if captured else 'eager loop'} |"
+              for name, (us, captured) in rows.items()]
+    ratio = rows[final][0] / base
+    return lines + ["", f"Goal (issue 44): the lesson's final kernel, {final}, at most {LESSON_GOAL:.2f}x {baseline}: "
+                        f"**{'met' if ratio <= LESSON_GOAL else 'missed'}** ({ratio:.2f}x)."]
 
 
 def write_lesson_block(lesson: str, script: str, lines: list[str]) -> Path:
