@@ -7,7 +7,8 @@ Where the outputs come from, for each lesson whose code the cache does not hold 
 lesson's (the suite ran it already: it is not run again); otherwise the lesson is run here, on the CPU backend
 in a temporary folder, by :func:`workbench.exercises.execute_lesson`, as the test runs it (the exercise's check
 also seen failing as the student gets it; the site shows the run with the solution in). An unchanged staged file
-is not rewritten, so Sphinx does not read it again.
+is not rewritten, so Sphinx does not read it again, unless the cache took new outputs for it (the same code run
+anew: its views drawn by changed workbench code); then it is touched, and its page is made again.
 
 Examples
 --------
@@ -94,8 +95,7 @@ def execute_into(cache, staged: Path) -> None:
         except Exception as error:  # a lesson that fails fails the build, saying which and why (not as a crash)
             raise ConfigError(f"lesson {staged.stem} failed when run for the site (notebooks/{staged.name}; run "
                               f"it in JupyterLab or with tests/test_notebooks.py to see it fail):\n{error}") from error
-    cache.cache_notebook_bundle(CacheBundleIn(with_outputs_of(stored, ran), str(staged)),
-                                check_validity=False, overwrite=True)
+    cache_outputs(cache, staged, with_outputs_of(stored, ran))
 
 
 def prime(cache, staged: Path, executed: Path) -> bool:
@@ -110,6 +110,13 @@ def prime(cache, staged: Path, executed: Path) -> bool:
             return True  # jupyter-cache records UTC times without saying so
     except KeyError:
         pass
-    cache.cache_notebook_bundle(CacheBundleIn(with_outputs_of(stored, ran), str(staged)),
-                                check_validity=False, overwrite=True)
+    cache_outputs(cache, staged, with_outputs_of(stored, ran))
     return True
+
+
+def cache_outputs(cache, staged: Path, executed) -> None:
+    """Put ``executed`` (``staged`` with outputs) into ``cache``, and mark ``staged`` as changed: Sphinx reads a page
+    again only when its source is newer than its last reading, and new outputs of unchanged code (the views drawn
+    anew by the workbench's code) must reach the site too."""
+    cache.cache_notebook_bundle(CacheBundleIn(executed, str(staged)), check_validity=False, overwrite=True)
+    staged.touch()

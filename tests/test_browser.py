@@ -3,8 +3,10 @@
 tests/browser/widgets.ipynb (stored without outputs) starts 2 CPU ranks and shows each widget once; the
 test runs all its cells and checks what the page shows: a panel per rank, pictures that are not blank,
 the diff marks of a later cell drawn into the earlier view (refreshed in place, not shown again), the heap
-bars, the as_remote panels marked equal. Screenshots go to test-artifacts/browser/. The notebook's last
-cell stops the cluster; the server is stopped by pid, and no process of either may be left.
+bars, the as_remote panels marked equal, a traffic matrix, a timeline and a race report; and of every view,
+its layout (tests/browser/layout.py): inside its output, its title once, its tables lined up, no picture
+titled twice. Screenshots go to test-artifacts/browser/. The notebook's last cell stops the cluster; the
+server is stopped by pid, and no process of either may be left.
 
 Chromium comes from Debian (scripts/browser_deps.sh); Playwright's own browser download cannot work here.
 Without Chromium the test fails, except when it could not have been installed (not root, outside CI).
@@ -23,6 +25,7 @@ import pytest
 from PIL import Image
 
 from .browser.jupyter import CHROMIUM, CHROMIUM_ARGS, ROOT, JupyterServer, chromium_problem, wait_gone
+from .browser.layout import layout_problems, untitled_picture_problem
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_heap_files_left_behind")]
 
@@ -84,7 +87,7 @@ def test_widgets_render_in_jupyterlab(tmp_path):
                 check_page(page)
                 cluster = page.locator(".jp-OutputArea-output", has_text="CLUSTER_PIDS").inner_text()
                 left = [int(pid) for pid in re.findall(r"\d+", cluster)]
-                assert len(left) >= 5  # controller, two engines and their nannies
+                assert len(left) >= 5  # the controller's processes and two engines
             finally:
                 browser.close()
         left += server.descendants()
@@ -136,3 +139,28 @@ def check_page(page) -> None:
         assert pixels(images.nth(i).screenshot()).std() > 10
     assert remote.get_by_text("✓ equal to rank 1's own values").count() == 2
     assert remote.locator("table.iris-remote-addresses tr").count() == 3
+
+    traffic = page.locator(".iris-traffic-view >> visible=true")
+    traffic.screenshot(path=ARTIFACTS / "traffic-view.png")
+    assert traffic.locator("svg").count() == 4 and traffic.locator("table").count() == 4
+    page.locator(".iris-timeline >> visible=true").screenshot(path=ARTIFACTS / "timeline.png")
+    races = page.locator("div.iris-races")
+    assert races.count() == 1 and races.locator("table.iris-races tr").count() >= 2, "no race reported"
+    check_layout(page)
+
+
+VIEWS = (".iris-buffer-view", ".iris-heap-inspector", ".iris-remote-view", ".iris-traffic-view", ".iris-timeline",
+         "div.iris-races")
+
+
+def check_layout(page) -> None:
+    """Every view inside its output, its title once, its tables lined up, its rank pictures untitled."""
+    problems = []
+    for selector in VIEWS:
+        views = page.locator(f"{selector} >> visible=true")
+        assert views.count() >= 1, f"no {selector} on the page"
+        for i in range(views.count()):
+            problems += layout_problems(views.nth(i), ".jp-OutputArea-output")
+    pictures = page.locator(".iris-rank-panel img >> visible=true")
+    problems += [problem for i in range(pictures.count()) if (problem := untitled_picture_problem(pictures.nth(i)))]
+    assert not problems, "\n".join(problems)

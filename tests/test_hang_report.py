@@ -153,7 +153,7 @@ class TestThreeRanks:
     def test_html_table_and_plain_text_for_the_notebook(self, wb):
         report = wb.run(TRITON_WAIT, timeout=TIMEOUT)
         page = report.hang._repr_html_()
-        assert "<table>" in page and "<code>flags[2]</code>" in page and "wait_for_flag" in page
+        assert "<table class='iris-hang-table'" in page and "<code>flags[2]</code>" in page and "wait_for_flag" in page
         from IPython.core.formatters import DisplayFormatter
 
         data, _ = DisplayFormatter().format(report.hang)
@@ -185,7 +185,7 @@ def test_two_ranks_as_the_magic_runs_them_and_nothing_left_behind(no_heap_files_
         with capture_output() as shown:  # what the magic shows before raising: an HTML table, text beside it
             display_hang(report)
         (data,) = [output.data for output in shown.outputs]
-        assert "<table>" in data["text/html"] and "rank 1 waits in" in data["text/plain"]
+        assert "<table class='iris-hang-table'" in data["text/html"] and "rank 1 waits in" in data["text/plain"]
         assert wb.pull("rank") == [0, 1]
     finally:
         stop = wb.stop()

@@ -197,7 +197,7 @@ def test_bench_view_static_form_holds_table_and_picture(shell, monkeypatch):
     assert all(r.mode == "interpreter" and r.gbs > 0 for r in view.report.results)
     bundle = view._repr_mimebundle_()
     static = bundle["text/html"]
-    assert "<table class='iris-bench-table'>" in static and "lambda: x.mul_(1.0)" in static
+    assert "<table class='iris-bench-table'" in static and "lambda: x.mul_(1.0)" in static
     assert '<img src="data:image/png;base64,' in static and "no hardware roofline" in static
     plain = bundle["text/plain"]  # the table too, where nothing can be drawn
     assert plain.startswith("BenchView of 2 candidates on 2 ranks (Triton interpreter)"), plain
@@ -233,7 +233,7 @@ def test_sweep_view_shows_what_ran_what_chose_it_and_the_peer(shell):
     assert all(set(p.peers_us) == {"gloo"} and p.us > 0 and p.peers_us["gloo"] > 0 for p in report.points)
     bundle = view._repr_mimebundle_()
     static = bundle["text/html"]
-    assert "<table class='iris-sweep-table'>" in static and '<img src="data:image/png;base64,' in static
+    assert "<table class='iris-sweep-table'" in static and '<img src="data:image/png;base64,' in static
     assert "the size rules and defaults" in static and "speed-up over gloo" in static
     plain = bundle["text/plain"]  # the table as text, where nothing can be drawn
     assert plain.startswith("all_reduce, bfloat16, 2 ranks (CPU interpreter)") and "mean nothing" in plain

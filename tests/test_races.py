@@ -189,11 +189,14 @@ def test_race_text_and_tables():
     assert text.splitlines()[0].split() == ["kernel", "element", "heap", "of", "first", "access", "second", "access"]
     assert "C[1, 1]" in text.splitlines()[2]
     assert races_text_table([]) == "no races"
-    assert "<td>C[1, 1]</td>" in races_html_table([race]) and races_html_table([]) == "<p>no races</p>"
-    # A narrow access column wraps between phrases, never inside one ("program (0," / "0, 0)").
+    table = races_html_table([race])
+    assert races_html_table([]) == "<p>no races</p>"
+    # The element and whose heap never wrap (Chromium's check of the pages: tests/browser/layout.py) ...
+    assert "white-space:nowrap'>C[1, 1]</td>" in table and "white-space:nowrap'>rank 1</td>" in table
+    # ... and a narrow access column wraps between phrases, never inside one ("program (0," / "0, 0)").
     unbroken = '<span style="white-space:nowrap">'
-    assert (f"<td>{unbroken}store at kernels.py:12</span> {unbroken}(rank 0,</span> {unbroken}program (0, 0, 0),"
-            f"</span> {unbroken}kernel produce)</span></td>") in races_html_table([race])
+    assert (f"vertical-align:top;text-align:left'>{unbroken}store at kernels.py:12</span> {unbroken}(rank 0,</span> "
+            f"{unbroken}program (0, 0, 0),</span> {unbroken}kernel produce)</span></td>") in table
 
 
 def test_stale_shadow_files_are_removed():

@@ -3,7 +3,10 @@ driven by Playwright, every request that is not a local file refused).
 
 - The site: ``bash scripts/docs.sh`` (Sphinx with myst-nb, warnings as errors) builds ``docs/_build/html``; the
   pages of lessons 00 and 09 show each rank's picture and lesson 09's timeline drawn; lesson 00's solution is
-  folded until asked for.
+  folded until asked for. On every lesson's page, in a wide window and a narrow one, every view and race report
+  is laid out right (tests/browser/layout.py: inside the article's column, its title once, its tables lined up,
+  short cells on one line, no rank picture titled twice), and traffic views of different launches have different
+  titles.
 - The exports: lessons 00 and 09 executed with nbclient's defaults, which is what ``jupyter nbconvert --execute``
   does (the widgets' state stored in the notebook: what made nbconvert's HTML draw the widgets from a CDN script,
   and so draw nothing offline), then ``jupyter nbconvert --to html``; every view's static twin is shown.
@@ -25,6 +28,7 @@ import pytest
 from PIL import Image
 
 from .browser.jupyter import CHROMIUM, CHROMIUM_ARGS, ROOT
+from .browser.layout import layout_problems, untitled_picture_problem
 from .test_browser import require_chromium
 
 nbformat = pytest.importorskip("nbformat")
@@ -47,10 +51,13 @@ def browser():
         chromium.close()
 
 
-def open_offline(browser, page_file: Path, check) -> list[str]:
-    """Open ``page_file`` from file:// with every other request refused, run ``check(page)``; return the URLs
-    that were refused (what the page would have fetched from the network)."""
-    context = browser.new_context(offline=True, viewport={"width": 1400, "height": 1000})
+WIDTHS = (1400, 1000)  # the windows the lessons' pages are laid out in: the article's column 848 and 656 pixels
+
+
+def open_offline(browser, page_file: Path, check, width: int = WIDTHS[0]) -> list[str]:
+    """Open ``page_file`` from file:// in a window ``width`` pixels wide with every other request refused, run
+    ``check(page)``; return the URLs that were refused (what the page would have fetched from the network)."""
+    context = browser.new_context(offline=True, viewport={"width": width, "height": 1000})
     refused: list[str] = []
     context.route(lambda url: not url.startswith(("file:", "data:")),
                   lambda route: (refused.append(route.request.url), route.abort()))
@@ -131,7 +138,32 @@ def test_site_builds_and_shows_the_pictures_offline(browser):
                            lambda page: (check_rank_pictures(page), check_solution_folded(page)))
     refused += open_offline(browser, SITE / "lessons" / f"{TIMELINE}.html", check_timeline)
     refused += open_offline(browser, SITE / "architecture.html", check_architecture)
+    problems = []
+    for lesson in sorted((SITE / "lessons").glob("[0-9]*.html")):
+        for width in WIDTHS:
+            refused += open_offline(browser, lesson, lambda page, at=f"{lesson.stem} at {width} px": problems.extend(
+                f"{at}: {problem}" for problem in view_problems(page)), width)
     assert not refused, f"the site's pages asked the network for {refused}"
+    assert not problems, "\n".join(problems)
+
+
+def view_problems(page) -> list[str]:
+    """What is wrong with how a lesson's page shows its views (each view's static twin) and race reports: their
+    layout in the article's column, rank pictures titled twice, two traffic views of one name."""
+    problems = []
+    views = page.locator(".iris-static > div, div.iris-races")
+    for i in range(views.count()):
+        problems += layout_problems(views.nth(i), "article.bd-article")
+    pictures = page.locator(".iris-static .iris-rank-panel img")
+    problems += [problem for i in range(pictures.count()) if (problem := untitled_picture_problem(pictures.nth(i)))]
+    # A launch may be shown twice in a row (the cell's matrix, then beside its minimum), but two launches apart
+    # must be told apart by their titles (lesson 15's variants of one kernel: --traffic one_shot).
+    titles = page.locator(".iris-static .iris-traffic-view > div:first-child b").all_inner_texts()
+    names = [title.split(" on ")[0] for title in titles]  # "traffic of gemm_all_reduce (one_shot)"
+    shown = [name for i, name in enumerate(names) if i == 0 or names[i - 1] != name]
+    problems += [f"two traffic views apart both named {name!r}" for name in sorted(set(shown))
+                 if shown.count(name) > 1]
+    return problems
 
 
 def check_architecture(page) -> None:

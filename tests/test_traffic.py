@@ -125,6 +125,27 @@ def test_matrix_from_a_trace_counts_what_events_record():
         TrafficMatrix.from_trace({"traceEvents": [_traced("put", 0, 5, 4)], "metadata": {"world_size": 2}})
 
 
+def test_the_view_says_its_title_once_with_its_label():
+    """The headline is the traffic view's one title (its tables come without it; a matrix shown alone keeps it),
+    and names what the caller called it beside the kernel (lesson 15's one_shot and two_shot, one kernel)."""
+    from dataclasses import replace
+
+    from iris.instruments.traffic.launch import LaunchTraffic
+    from workbench.widgets.static import static_html
+    from workbench.widgets.traffic_view import TrafficView
+
+    a, b = LaunchTraffic.empty("gemm_all_reduce", 0, 2), LaunchTraffic.empty("gemm_all_reduce", 1, 2)
+    a.add("store", 1, 256)
+    b.add("load", 0, 256)
+    matrix = replace(TrafficMatrix.from_launches([[a], [b]]), label="one_shot").with_minimum(512)
+    headline = matrix.headline()
+    assert headline.startswith("traffic of gemm_all_reduce (one_shot) on 2 ranks: 512 B crossed ranks")
+    assert headline not in matrix.tables_html() and matrix.to_html().count(headline) == 1
+    page = static_html(TrafficView(matrix))
+    assert page.count(headline) == 1 and page.count("counted by the CPU interpreter") == 1
+    assert page.count("<svg") == 4 and page.count("<table") == 4  # a heat map and a table per kind, and crossed
+
+
 def test_iris_names_it():
     assert iris.traffic.record and iris.traffic.TrafficMatrix is TrafficMatrix
     assert iris.traffic.KINDS == ("load", "store", "atomic")
@@ -160,13 +181,14 @@ def test_workbench_cell_with_traffic(monkeypatch):
     shell.run_line_magic("load_ext", "workbench")
     shell.run_line_magic("iris", "start -n 2 --backend cpu --heap 16MiB --timeout 120")
     try:
-        result = shell.run_cell(f"%%iris_kernel --traffic\n{PUT_CELL}", store_history=False)
+        result = shell.run_cell(f"%%iris_kernel --traffic 'two puts'\n{PUT_CELL}", store_history=False)
         assert result.error_in_exec is None, result.error_in_exec
         views = [v for v in shown if isinstance(v, TrafficView)]
         assert len(views) == 1
         matrix = views[0].matrix
         put = 100 * LANE  # 100 lanes of 128 unmasked, per launch: read here, written at the next rank
         assert matrix.kernel == "put_to_next" and matrix.source == "interpreter"
+        assert matrix.headline().startswith("traffic of put_to_next (two puts) on 2 ranks")  # its label, quoted
         assert matrix.bytes[:, :, 1].tolist() == [[0, 2 * put], [2 * put, 0]]
         assert matrix.bytes[:, :, 0].tolist() == [[2 * put, 0], [0, 2 * put]]
         bundle = views[0]._repr_mimebundle_()
@@ -178,6 +200,8 @@ def test_workbench_cell_with_traffic(monkeypatch):
         shell.run_line_magic("iris", f"traffic --launch 0 --need 2*{put}")  # both ranks' shards cross once
         again = shown[0].matrix
         assert again.bytes[0, 1, 1] == put and again.ratio() == 1.0 and "1.00× the minimum" in again.to_text()
+        shell.run_line_magic("iris", "traffic --launch 1 --label second")
+        assert shown[1].matrix.headline().startswith("traffic of put_to_next (second) on 2 ranks")
         second = workbench.traffic(need=minimum.all_gather(put, 2), launch=1).matrix
         assert second.bytes[1, 0, 1] == put and "400 B / 400 B (1.00× the minimum)" in second.to_text()
         with pytest.raises(RankError, match="no launch 5 on every rank"):

@@ -30,6 +30,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from iris.base.tables import html_table
+
 from . import whereabouts
 
 ASK_SECONDS = 3.0
@@ -200,13 +202,12 @@ class HangReport:
 
     def _repr_html_(self) -> str:
         head, *body = self.rows()
-        cells = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in head)
-        rows = "".join("<tr>" + "".join(f"<td style='text-align:left'><code>{html.escape(c)}</code></td>"
-                                        if i in (3, 4) else f"<td style='text-align:left'>{html.escape(c)}</td>"
-                                        for i, c in enumerate(row)) + "</tr>" for row in body)
+        cells = [[f"<code>{html.escape(c)}</code>" if i in (3, 4) else html.escape(c) for i, c in enumerate(row)]
+                 for row in body]
         details = "".join(f"<li>{html.escape(line.strip())}</li>" for line in self.details())
-        return (f"<div class='iris-hang-report'><b>Where the ranks were</b>"
-                f"<table><thead><tr>{cells}</tr></thead><tbody>{rows}</tbody></table>"
+        return ("<div class='iris-hang-report'><b>Where the ranks were</b>"
+                + html_table([html.escape(c) for c in head], cells, align="l" * len(head), css_class="iris-hang-table",
+                             row_labels=False)
                 + (f"<ul>{details}</ul>" if details else "") + "</div>")
 
     def _repr_pretty_(self, printer, cycle) -> None:

@@ -25,7 +25,7 @@ Examples
     %iris timeline                 # that timeline again; --save trace.json writes it for Perfetto
 
     %%iris_kernel --traffic        # bytes each rank loaded from, stored to, updated at each heap, shown after
-    ...
+    ...                            # (--traffic one_shot: "one_shot" beside the kernel's name in the title)
     %iris traffic --launch 0 --need 8192   # that matrix again: one launch, beside what the operation needs
     %iris status
     %iris solution 07              # one solution to lesson 07's exercise, folded; --load puts it in the cell
@@ -117,6 +117,8 @@ def _iris_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--need", default=None, metavar="BYTES",
                          help="the bytes the operation must move across ranks (a Python expression of the notebook, "
                               "e.g. iris.traffic.minimum.all_gather(4096,2), without spaces or quoted)")
+    traffic.add_argument("--label", default="", help="what to call it in the title, beside the kernel's name "
+                                                    "(e.g. which variant ran)")
     return parser
 
 
@@ -134,9 +136,10 @@ def _kernel_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", choices=("races",), default=None,
                         help="check the cell's kernels for data races (CPU backend; the checker stays on) and show "
                              "the races after it, or say there were none")
-    parser.add_argument("--traffic", action="store_true",
+    parser.add_argument("--traffic", nargs="?", const="", default=None, metavar="LABEL",
                         help="count the bytes each rank's launches loaded from, stored to and atomically updated at "
-                             "each heap (CPU: exact; CUDA: from tracing) and show the matrix after the cell")
+                             "each heap (CPU: exact; CUDA: from tracing) and show the matrix after the cell, LABEL "
+                             "beside the kernel's name in its title (e.g. which variant ran)")
     return parser
 
 
@@ -178,7 +181,7 @@ class IrisMagics(Magics):
         ``%iris status``,
         ``%iris heap``, ``%iris show NAME [--reduction mean|maxabs]``, ``%iris remote NAME --rank R``,
         ``%iris bench LABEL=EXPR ... [--flops F] [--bytes B] [--peer-bytes P] [--graph auto|on|off]``,
-        ``%iris timeline [--save FILE]``, ``%iris traffic [--launch K] [--need BYTES]``,
+        ``%iris timeline [--save FILE]``, ``%iris traffic [--launch K] [--need BYTES] [--label TEXT]``,
         ``%iris solution NN [--load | --run]``."""
         args = _iris_parser().parse_args(shlex.split(line))
         if args.command == "solution":  # needs no ranks to show; run, it uses them as any cell does
@@ -215,7 +218,7 @@ class IrisMagics(Magics):
                 print(f"wrote the merged trace to {args.save}: open it at https://ui.perfetto.dev")
             display(view)
         elif args.command == "traffic":
-            display(traffic_last_view(self._need(args.need), args.launch))
+            display(traffic_last_view(self._need(args.need), args.launch, args.label))
 
     def _bench(self, args):
         """``%iris bench``'s view: LABEL=EXPR pairs, the work's numbers evaluated in the notebook's namespace."""
@@ -256,8 +259,8 @@ class IrisMagics(Magics):
         ``IrisDeviceCtx`` and ``TraceEvent``. Ranks still running after ``--timeout`` seconds are interrupted.
         ``--trace`` captures the events of the cell's traced kernels and shows the timeline after the cell;
         ``--check races`` checks its kernels for data races and shows them (so does every cell of ranks started
-        with ``--check races``, when there are some); ``--traffic`` counts the bytes its launches moved at each
-        rank's heap and shows the matrix after the cell."""
+        with ``--check races``, when there are some); ``--traffic [LABEL]`` counts the bytes its launches moved at
+        each rank's heap and shows the matrix after the cell, titled with the kernel's name and LABEL."""
         args = _kernel_parser().parse_args(shlex.split(line))
         if args.max_events is not None and not args.trace:
             raise UsageError("%%iris_kernel: --max-events sizes the trace buffers of --trace: add --trace")
@@ -270,7 +273,7 @@ class IrisMagics(Magics):
         if args.check == "races" and wb.check != "races":
             races.start_checking(wb)
             wb.check = "races"
-        if args.traffic:
+        if args.traffic is not None:
             start_traffic_recording(wb, ranks=ranks)
         # One blank line stands for the magic's own line, so tracebacks count lines as the notebook does.
         report = wb.run(cell, ranks=ranks, timeout=args.timeout, line_offset=1)
@@ -281,7 +284,9 @@ class IrisMagics(Magics):
             found = races.cell_races(wb)
             if found or args.check:
                 display(found)
-        traffic_view = traffic_cell_view(wb, ranks=ranks) if args.traffic and idle else None
+        traffic_view = None
+        if args.traffic is not None and idle:
+            traffic_view = traffic_cell_view(wb, ranks=ranks, label=args.traffic)
         report.raise_on_failure()
         print(report.render())
         if args.show:

@@ -1,8 +1,8 @@
 """The traffic matrix across the workbench's ranks: record a cell's launches on every rank, gather, show.
 
-``%%iris_kernel --traffic`` calls :func:`start_recording` before its cell and shows :func:`cell_view` after
-it; ``%iris traffic [--launch K] [--need BYTES]`` and ``workbench.traffic(need=None, launch=None)`` show the
-last recording again (:func:`last_view`). On the CPU backend the count is exact (every access the
+``%%iris_kernel --traffic [LABEL]`` calls :func:`start_recording` before its cell and shows :func:`cell_view`
+after it; ``%iris traffic [--launch K] [--need BYTES] [--label TEXT]`` and ``workbench.traffic(need=None, launch=None,
+label="")`` show the last recording again (:func:`last_view`). On the CPU backend the count is exact (every access the
 interpreter makes); on CUDA it comes from device tracing, so only kernels initialised with ``tracing=True``
 count, and the view says so (:mod:`iris.traffic`).
 
@@ -18,6 +18,8 @@ Examples
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from iris.instruments.traffic import TrafficMatrix
 
@@ -46,10 +48,10 @@ def stop_recording(wb, ranks=None) -> None:
              "ranks": [a["rank"] for a in recorded]}
 
 
-def last_matrix(need=None, launch: int | None = None) -> TrafficMatrix:
+def last_matrix(need=None, launch: int | None = None, label: str = "") -> TrafficMatrix:
     """The :class:`~iris.traffic.TrafficMatrix` of the last recording: launch ``launch`` of every rank (None: all
     of the cell's launches), with ``need`` (bytes, or a ``(world, world)`` matrix from
-    :mod:`iris.traffic.minimum`) beside it.
+    :mod:`iris.traffic.minimum`) beside it, and ``label`` (e.g. which variant of the kernel ran) in its headline.
 
     Raises
     ------
@@ -62,30 +64,28 @@ def last_matrix(need=None, launch: int | None = None) -> TrafficMatrix:
         matrix = TrafficMatrix.from_launches(_last["launches"], launch=launch, source=_last["source"])
     except IndexError as exc:
         raise RankError(str(exc)) from None
+    matrix = replace(matrix, label=label)
     return matrix if need is None else matrix.with_minimum(need)
 
 
-def last_view(need=None, launch: int | None = None):
+def last_view(need=None, launch: int | None = None, label: str = ""):
     """A :class:`~workbench.widgets.traffic_view.TrafficView` of :func:`last_matrix`."""
     from .widgets.traffic_view import TrafficView
 
-    return TrafficView(last_matrix(need, launch), note=_note())
+    return TrafficView(last_matrix(need, launch, label), note=_note())
 
 
-def cell_view(wb, ranks=None, need=None, launch: int | None = None):
+def cell_view(wb, ranks=None, need=None, launch: int | None = None, label: str = ""):
     """End the cell's recording (:func:`stop_recording`) and return its view (:func:`last_view`)."""
     stop_recording(wb, ranks=ranks)
-    return last_view(need, launch)
+    return last_view(need, launch, label)
 
 
 def _note() -> str:
+    """What the view must add to how the matrix says it was counted (its source): lost events, missing ranks."""
     notes = []
-    if _last["source"] == "trace":
-        notes.append("CUDA backend: counted from device tracing, so only kernels whose device context is "
-                     "initialised with tracing=True count, and of each operation the side that crosses ranks.")
-        if _last["dropped_events"]:
-            notes.append(f"{_last['dropped_events']} trace events were dropped (buffers full): their bytes are "
-                         "missing.")
+    if _last["dropped_events"]:
+        notes.append(f"{_last['dropped_events']} trace events were dropped (buffers full): their bytes are missing.")
     if 0 < len(_last["ranks"]) < len(_last["launches"]):
         notes.append(f"recorded on {ranks_phrase(_last['ranks'])} only (the cell's --ranks).")
     return " ".join(notes)

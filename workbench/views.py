@@ -103,18 +103,20 @@ def sweep(collective: str = "all_reduce", sizes=None, dtype="bfloat16", peers: b
     return sweep_on_ranks(collective, sizes, dtype, peers, timeout=timeout)
 
 
-def traffic(need=None, launch=None):
+def traffic(need=None, launch=None, label=""):
     """The bytes each rank loaded from, stored to and atomically updated at each rank's heap in the last
     ``%%iris_kernel --traffic`` cell: a :class:`~workbench.widgets.traffic_view.TrafficView` (heat maps and table).
 
     ``need``: what the operation must move across ranks, bytes or a matrix of :mod:`iris.traffic.minimum`, shown
-    beside what moved; ``launch``: one launch (0: each rank's first), default all of the cell's.
+    beside what moved; ``launch``: one launch (0: each rank's first), default all of the cell's; ``label``: what
+    to call it in the title, beside the kernel's name (which variant ran, when one kernel has several).
 
     Examples
     --------
     >>> workbench.traffic(need=iris.traffic.minimum.all_gather(X_local.nbytes, 2), launch=0)   # doctest: +SKIP
+    >>> workbench.traffic(need=need, launch=0, label="one_shot")                                 # doctest: +SKIP
     """
-    return _traffic_view(need, launch)
+    return _traffic_view(need, launch, label)
 
 
 def topology():

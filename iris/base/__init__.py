@@ -6,7 +6,8 @@
 * :mod:`.errors`: the mark of errors a kernel may raise; :mod:`.patching`: replacing a Triton attribute once;
 * :mod:`.launch_options`: upstream's AMD-only launch options, dropped on NVIDIA GPUs and the interpreter;
 * :mod:`.distributed`: torch.distributed helpers (start from torchrun's variables, exchange host objects);
-* :mod:`.gpu_specs`: the spec sheets of the common data-centre GPUs.
+* :mod:`.gpu_specs`: the spec sheets of the common data-centre GPUs;
+* :mod:`.tables`: HTML tables whose headers stand over their values (the views' and reports' tables).
 
 Imports nothing of iris. Each module here is one fact or one helper that two layers above it need.
 

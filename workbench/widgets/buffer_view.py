@@ -105,8 +105,7 @@ class BufferView(StaticForm, widgets.VBox):
                 panel.show_message(html.escape(snapshot["message"]))
                 continue
             changed = snapshot["changed"] if self.diff.value else None
-            png = panels.picture(snapshot, data[snapshot["rank"]], vmin, vmax, f"{self.name} on rank {panel.rank}",
-                                 changed)
+            png = panels.picture(snapshot, data[snapshot["rank"]], vmin, vmax, changed)
             caption = panels.stats_line(snapshot, where)
             panel.show(png, caption + ("<br>" + panels.change_line(snapshot) if self.diff.value else ""))
         self.table.value = panels.values_table(self.snapshots, self.diff.value)

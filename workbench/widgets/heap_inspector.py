@@ -13,6 +13,7 @@ import html
 import ipywidgets as widgets
 
 from iris.base.sizes import format_size
+from iris.base.tables import html_table
 
 from ..report import ranks_phrase
 from . import probes
@@ -152,7 +153,7 @@ def _bar(allocations: list[dict], span: int, css_class: str) -> str:
             f"<div class='iris-heap-allocation' title='{tip}' style='position:absolute;top:0;bottom:0;"
             f"left:{100 * a['offset'] / span:.4f}%;width:{100 * a['nbytes'] / span:.4f}%;min-width:2px;"
             f"background:{colour};color:white;font-size:11px;overflow:hidden;white-space:nowrap;"
-            f"border-right:1px solid white'>{text}</div>"
+            f"text-overflow:ellipsis;border-right:1px solid white'>{text}</div>"
         )
     return (f"<div class='{css_class}' style='position:relative;height:22px;background:{FREE_COLOUR};"
             f"border:1px solid #999;margin-bottom:2px'>{''.join(boxes)}</div>")
@@ -169,10 +170,9 @@ def allocation_table(rows: list[dict]) -> str:
             by_names.setdefault(tuple(names), []).append(rank)
         variables = "; ".join(f"{', '.join(names) or '(none)'} on {ranks_phrase(ranks)}"
                               for names, ranks in by_names.items())
-        label = html.escape(row["label"] or "")
-        lines.append(f"<tr><td>{row['offset']:#x}</td><td>{format_size(row['nbytes'])}</td><td>{row['dtype']}</td>"
-                     f"<td>{list(row['shape'])}</td><td>{label}</td><td>{html.escape(variables)}</td></tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("offset", "size", "dtype", "shape", "name=", "variables"))
-    return (f"<table class='iris-heap-table' style='font-size:12px'><tr>{head}</tr>{''.join(lines)}</table>"
-            "<small>used includes tensors no rank references any more, released at the next allocation, and "
+        lines.append([f"{row['offset']:#x}", format_size(row["nbytes"]), row["dtype"], str(list(row["shape"])),
+                      html.escape(row["label"] or ""), html.escape(variables)])
+    return (html_table(["offset", "size", "dtype", "shape", "name=", "variables"], lines, align="rrllll", wrap=(5,),
+                       css_class="iris-heap-table", row_labels=False)
+            + "<small>used includes tensors no rank references any more, released at the next allocation, and "
             "alignment padding</small>")

@@ -20,6 +20,8 @@ import re
 import ipywidgets as widgets
 import numpy as np
 
+from iris.base.tables import html_table
+
 from ..report import ranks_phrase
 from . import render
 
@@ -73,15 +75,15 @@ def displayed(snapshot: dict, reduction: str) -> np.ndarray:
     return snapshot["mean"]
 
 
-def picture(snapshot: dict, data: np.ndarray, vmin: float, vmax: float, title: str,
-            changed: np.ndarray | None) -> bytes:
-    """PNG of ``data`` (from :func:`displayed`): heatmap for 2-D, bars for short 1-D, else a line."""
+def picture(snapshot: dict, data: np.ndarray, vmin: float, vmax: float, changed: np.ndarray | None) -> bytes:
+    """PNG of ``data`` (from :func:`displayed`): heatmap for 2-D, bars for short 1-D, else a line. Untitled: the
+    panel's title says whose it is."""
     if data.ndim == 2:
-        return render.heatmap(data, vmin, vmax, snapshot["plane_shape"], title, changed)
+        return render.heatmap(data, vmin, vmax, snapshot["plane_shape"], changed)
     block, length = snapshot["block"][0], snapshot["plane_shape"][0]
     if block == 1 and length <= BARS_UP_TO:
-        return render.bars(data, vmin, vmax, title, changed)
-    return render.line(data, vmin, vmax, length, block, title, changed, band=(snapshot["min"], snapshot["max"]))
+        return render.bars(data, vmin, vmax, changed)
+    return render.line(data, vmin, vmax, length, block, changed, band=(snapshot["min"], snapshot["max"]))
 
 
 def tensor_phrase(snapshots: list[dict]) -> str:
@@ -131,22 +133,13 @@ def values_table(snapshots: list[dict], mark_changes: bool, labels: dict[int, st
     rows = [s for s in snapshots if s["status"] == "ok" and "values" in s]
     if not rows:
         return ""
-    shape = rows[0]["shape"]
-    head = "".join(f"<th>{label}</th>" for label in index_labels(shape))
     body = []
     for s in rows:
         marks = s.get("values_changed") if mark_changes else None
-        cells = "".join(
-            f"<td style='{_cell_style(marks is not None and marks[i])}'>{v:.4g}</td>"
-            for i, v in enumerate(s["values"])
-        )
-        name = (labels or {}).get(s["rank"], f"rank {s['rank']}")
-        body.append(f"<tr><th>{html.escape(name)}</th>{cells}</tr>")
-    return ("<div style='overflow-x:auto'><table class='iris-values' style='font-size:12px;"
-            "border-collapse:collapse'>"
-            f"<tr><th></th>{head}</tr>{''.join(body)}</table></div>")
+        cells = [(f"{v:.4g}", _cell_style(marks is not None and marks[i])) for i, v in enumerate(s["values"])]
+        body.append([html.escape((labels or {}).get(s["rank"], f"rank {s['rank']}")), *cells])
+    return html_table(["", *index_labels(rows[0]["shape"])], body, css_class="iris-values")
 
 
 def _cell_style(changed: bool) -> str:
-    base = "padding:1px 6px;text-align:right;border:1px solid #ddd"
-    return base + (";background:#f88" if changed else "")
+    return "border:1px solid #ddd" + (";background:#f88" if changed else "")

@@ -13,6 +13,8 @@ import html
 
 import ipywidgets as widgets
 
+from iris.base.tables import html_table
+
 from ..report import WorkbenchError
 from . import panels, probes, reduce, render
 from .static import StaticForm
@@ -107,11 +109,11 @@ class RemoteView(StaticForm, widgets.VBox):
         if len(self.panels.children) != len(snapshots):
             self.panels.children = [panels.RankPanel(s["rank"], title)
                                     for s, title in zip(snapshots, titles, strict=True)]
-        for panel, snapshot, title in zip(self.panels.children, snapshots, titles, strict=True):
+        for panel, snapshot in zip(self.panels.children, snapshots, strict=True):
             if snapshot["status"] != "ok":
                 panel.show_message(html.escape(snapshot["message"]))
                 continue
-            png = panels.picture(snapshot, snapshot["mean"], vmin, vmax, title, None)
+            png = panels.picture(snapshot, snapshot["mean"], vmin, vmax, None)
             caption = panels.stats_line(snapshot)
             if snapshot is not self.own:
                 caption += "<br>" + _equality_mark(snapshot["equal"], r)
@@ -144,23 +146,22 @@ def address_table(rows: list[dict], target: int, name: str) -> str:
     if not ok:
         return f"<span style='color:#b00'>{html.escape(panels.failures(rows))}</span>"
     world = len(ok[0]["bases"])
-    head = "".join(f"<th style='{'background:#ffd' if b == target else ''}'>heap_bases[{b}]</th>"
-                   for b in range(world))
-    head += (f"<th>offset = {html.escape(name)}.data_ptr() − heap_bases[rank]</th>"
-             f"<th>heap_bases[{target}] + offset</th><th>as_remote(…, {target}).data_ptr()</th><th></th>")
+
+    def marked(b: int, cell: str):  # the column of the rank read, highlighted
+        return (cell, "background:#ffd") if b == target else cell
+
+    head = ["", *(marked(b, f"heap_bases[{b}]") for b in range(world)),
+            f"offset = {html.escape(name)}.data_ptr() − heap_bases[rank]", f"heap_bases[{target}] + offset",
+            f"as_remote(…, {target}).data_ptr()", ""]
     lines = []
     for row in rows:
         if row["status"] != "ok":
-            lines.append(f"<tr><th>rank {row['rank']}</th><td colspan='{world + 4}' style='color:#b00'>"
-                         f"{html.escape(row['message'])}</td></tr>")
+            lines.append([f"rank {row['rank']}", (html.escape(row["message"]), "color:#b00;white-space:normal")])
             continue
-        bases = "".join(f"<td style='{'background:#ffd' if b == target else ''}'><code>{base:#x}</code></td>"
-                        for b, base in enumerate(row["bases"]))
+        bases = [marked(b, f"<code>{base:#x}</code>") for b, base in enumerate(row["bases"])]
         agree = "✓" if row["translated"] == row["remote_address"] else "✗"
-        lines.append(f"<tr><th>rank {row['rank']}</th>{bases}<td><code>{row['offset']:#x}</code></td>"
-                     f"<td><code>{row['translated']:#x}</code></td><td><code>{row['remote_address']:#x}</code></td>"
-                     f"<td>{agree}</td></tr>")
-    return (f"<table class='iris-remote-addresses' style='font-size:12px'><tr><th></th>{head}</tr>"
-            f"{''.join(lines)}</table><small>each rank maps every heap at its own addresses, so the rows differ; "
-            "the offset is the same on every rank, and base + offset lands on the same bytes of rank "
-            f"{target}'s heap</small>")
+        lines.append([f"rank {row['rank']}", *bases, f"<code>{row['offset']:#x}</code>",
+                      f"<code>{row['translated']:#x}</code>", f"<code>{row['remote_address']:#x}</code>", agree])
+    return (html_table(head, lines, css_class="iris-remote-addresses")
+            + "<small>each rank maps every heap at its own addresses, so the rows differ; the offset is the same on "
+            f"every rank, and base + offset lands on the same bytes of rank {target}'s heap</small>")

@@ -3,12 +3,13 @@
 Figures are drawn with matplotlib's Agg canvas directly, not pyplot: no global figure list to leak, and the
 notebook's inline backend never shows a stray copy. Every panel of a view gets the same ``vmin``/``vmax``,
 so one colour (or height) means one value on every rank. Blocks that changed since the view's previous
-snapshot are painted over in red.
+snapshot are painted over in red. A picture has no title: the panel it is shown in has one
+(:class:`~workbench.widgets.panels.RankPanel`), and a title inside it too would say the same thing twice.
 
 Examples
 --------
 >>> import numpy as np
->>> png = heatmap(np.eye(4, dtype=np.float32), vmin=0.0, vmax=1.0, extent=(4, 4), title="rank 0")
+>>> png = heatmap(np.eye(4, dtype=np.float32), vmin=0.0, vmax=1.0, extent=(4, 4))
 >>> png[:8] == b"\\x89PNG\\r\\n\\x1a\\n"
 True
 """
@@ -33,20 +34,19 @@ def _png(figure: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def _figure(title: str, colorbar: bool = False):
+def _figure(colorbar: bool = False):
     """A figure with fixed axes positions: matplotlib's constrained layout would double the drawing time,
     and every panel has the same size anyway. With ``colorbar``, the axes leave room for one (``figure.cax``)."""
     figure = Figure(figsize=FIGSIZE, dpi=DPI)
-    axes = figure.add_axes((0.14, 0.1, 0.64 if colorbar else 0.82, 0.78))
+    axes = figure.add_axes((0.14, 0.1, 0.64 if colorbar else 0.82, 0.84))
     if colorbar:
-        figure.cax = figure.add_axes((0.83, 0.1, 0.04, 0.78))
+        figure.cax = figure.add_axes((0.83, 0.1, 0.04, 0.84))
         figure.cax.tick_params(labelsize=7)
-    axes.set_title(title, fontsize=9)
     axes.tick_params(labelsize=7)
     return figure, axes
 
 
-def heatmap(data: np.ndarray, vmin: float, vmax: float, extent: tuple[int, int], title: str,
+def heatmap(data: np.ndarray, vmin: float, vmax: float, extent: tuple[int, int],
             changed: np.ndarray | None = None) -> bytes:
     """A 2-D array as an image whose axes count the tensor's rows and columns (``extent``: its shape).
 
@@ -59,7 +59,7 @@ def heatmap(data: np.ndarray, vmin: float, vmax: float, extent: tuple[int, int],
     changed : (R, C) bool array, optional
         Blocks to paint red.
     """
-    figure, axes = _figure(title, colorbar=True)
+    figure, axes = _figure(colorbar=True)
     rows, cols = extent
     image = axes.imshow(data, cmap=COLORMAP, vmin=vmin, vmax=vmax, extent=(0, cols, rows, 0),
                         interpolation="nearest", aspect="auto")
@@ -71,11 +71,11 @@ def heatmap(data: np.ndarray, vmin: float, vmax: float, extent: tuple[int, int],
     return _png(figure)
 
 
-def line(data: np.ndarray, vmin: float, vmax: float, length: int, block: int, title: str,
-         changed: np.ndarray | None = None, band: tuple[np.ndarray, np.ndarray] | None = None) -> bytes:
+def line(data: np.ndarray, vmin: float, vmax: float, length: int, block: int, changed: np.ndarray | None = None,
+         band: tuple[np.ndarray, np.ndarray] | None = None) -> bytes:
     """A 1-D array as a line over element indices (block ``i`` starts at element ``i * block``); ``band``
     (block min and max) is shaded when blocks hold several elements, so spikes stay visible."""
-    figure, axes = _figure(title)
+    figure, axes = _figure()
     x = np.arange(len(data)) * block
     if band is not None and block > 1:
         axes.fill_between(x, band[0], band[1], color="tab:blue", alpha=0.25, linewidth=0, step="post")
@@ -87,9 +87,9 @@ def line(data: np.ndarray, vmin: float, vmax: float, length: int, block: int, ti
     return _png(figure)
 
 
-def bars(data: np.ndarray, vmin: float, vmax: float, title: str, changed: np.ndarray | None = None) -> bytes:
+def bars(data: np.ndarray, vmin: float, vmax: float, changed: np.ndarray | None = None) -> bytes:
     """A short 1-D array as one bar per element; changed elements red."""
-    figure, axes = _figure(title)
+    figure, axes = _figure()
     colours = np.where(changed, "red", "tab:blue") if changed is not None else "tab:blue"
     axes.bar(np.arange(len(data)), data, color=colours, width=0.8)
     _limits(axes, min(vmin, 0.0), max(vmax, 0.0), len(data))

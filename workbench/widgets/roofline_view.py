@@ -23,6 +23,8 @@ import io
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
+from iris.base.tables import html_table
+
 from .static import StaticForm
 
 DPI = 90
@@ -47,7 +49,8 @@ class BenchView(StaticForm, widgets.VBox):
     def __init__(self, report, expressions: dict):
         self.report = report
         self.expressions = expressions
-        picture = widgets.Image(value=draw(report), format="png")
+        # up to 945 pixels wide: scaled down where the column is narrower (the static form too), never cut off
+        picture = widgets.Image(value=draw(report), format="png", layout=widgets.Layout(max_width="100%"))
         picture.alt = alt_text(report)
         super().__init__([widgets.HTML(header(report)), widgets.HTML(table(report, expressions)), picture])
         self.add_class("iris-bench-view")
@@ -77,9 +80,9 @@ def _shares(shares: dict) -> str:
 
 
 def table(report, expressions: dict) -> str:
-    """The report as an HTML table: one row per candidate."""
-    heads = ("candidate", "µs (slowest rank)", "per rank µs", "timed", "TFLOP/s", "GB/s", "peer GB/s",
-             "flop/byte", "of spec", "of measured")
+    """The report as an HTML table: one row per candidate, figures right, words left."""
+    heads = ["candidate", "µs (slowest rank)", "per rank µs", "timed", "TFLOP/s", "GB/s", "peer GB/s",
+             "flop/byte", "of spec", "of measured"]
     rows = []
     for r in report.results:
         timed = r.mode + (f" ({html.escape(r.why)})" if r.why else "")
@@ -87,9 +90,8 @@ def table(report, expressions: dict) -> str:
             f"<b>{html.escape(r.label)}</b><br><code>{html.escape(expressions.get(r.label, ''))}</code>",
             f"{r.time_us:.1f}", " / ".join(f"{us:.1f}" for us in r.per_rank_us), timed, _cell(r.tflops),
             _cell(r.gbs), _cell(r.peer_gbs), _cell(r.intensity), _shares(r.of_spec), _shares(r.of_measured)])
-    head = "".join(f"<th style='text-align:left;padding:2px 8px'>{h}</th>" for h in heads)
-    body = "".join("<tr>" + "".join(f"<td style='padding:2px 8px'>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table class='iris-bench-table'><tr>{head}</tr>{body}</table>"
+    return html_table(heads, rows, align="lrrlrrrrll", wrap=(0, 3), css_class="iris-bench-table",
+                      row_labels=False)
 
 
 def alt_text(report) -> str:

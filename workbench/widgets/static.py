@@ -13,13 +13,15 @@ widget's output shows at most its one line. One picture per view, everywhere.
 
 The HTML is built from the widget's own children, so nothing is drawn twice: the values of its ``HTML``
 widgets (headers, captions, tables, heap bars) and its images as base64 PNGs, laid out as the boxes lay them
-out. Controls (toggles, sliders, dropdowns) are left out: without a kernel they do nothing.
+out. Controls (toggles, sliders, dropdowns) are left out: without a kernel they do nothing. No part is wider
+than the box it is in (``max-width:100%``): a flex column sizes its items to their content, so a wide table
+would otherwise widen every box around it past the page's column, where its own box should scroll it.
 
 Examples
 --------
 >>> import ipywidgets as widgets
->>> static_html(widgets.VBox([widgets.HTML("<b>x</b>"), widgets.IntSlider()]))
-'<div style="display:flex;flex-direction:column;align-items:flex-start"><div><b>x</b></div></div>'
+>>> static_html(widgets.HBox([widgets.HTML("<b>x</b>"), widgets.IntSlider()]))
+'<div style="max-width:100%;display:flex;flex-flow:row wrap"><div style="max-width:100%"><b>x</b></div></div>'
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from IPython.display import display, update_display
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # Layout traits that shape the static form as they shape the widget (trait name -> CSS property).
 LAYOUT_CSS = {"margin": "margin", "width": "width", "max_width": "max-width", "flex_flow": "flex-flow"}
+FIT = "max-width:100%"  # every part of the static form: never wider than its box (see the module's docstring)
 
 
 class StaticForm:
@@ -119,7 +122,7 @@ def static_html(widget: widgets.Widget) -> str:
     >>> image = widgets.Image(value=b"PNG...", format="png")
     >>> image.alt = "rank 0"
     >>> static_html(image)
-    '<img src="data:image/png;base64,UE5HLi4u" alt="rank 0">'
+    '<img src="data:image/png;base64,UE5HLi4u" alt="rank 0" style="max-width:100%">'
     """
     if not isinstance(widget, widgets.DOMWidget) or widget.layout.display == "none":
         return ""
@@ -128,12 +131,12 @@ def static_html(widget: widgets.Widget) -> str:
             return ""
         data = base64.b64encode(widget.value).decode("ascii")
         return (f'<img src="data:image/{widget.format};base64,{data}" alt="{html.escape(getattr(widget, "alt", ""))}"'
-                f'{_style(widget, ())}>')
+                f'{_style(widget, (FIT,))}>')
     if isinstance(widget, widgets.HTML):
-        return f"<div{_classes(widget)}{_style(widget, ())}>{widget.value}</div>" if widget.value else ""
+        return f"<div{_classes(widget)}{_style(widget, (FIT,))}>{widget.value}</div>" if widget.value else ""
     if isinstance(widget, widgets.Box):
-        flex = (("display:flex", "flex-direction:column", "align-items:flex-start")
-                if isinstance(widget, widgets.VBox) else ("display:flex", "flex-flow:row wrap"))
+        flex = ((FIT, "display:flex", "flex-direction:column", "align-items:flex-start")
+                if isinstance(widget, widgets.VBox) else (FIT, "display:flex", "flex-flow:row wrap"))
         inner = "".join(static_html(child) for child in widget.children)
         return f"<div{_classes(widget)}{_style(widget, flex)}>{inner}</div>" if inner else ""
     return ""

@@ -17,6 +17,7 @@ import io
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
+from iris.base.tables import html_table
 from iris.perf.sweep import format_cell
 
 from .roofline_view import COLOURS, DPI
@@ -34,7 +35,8 @@ class SweepView(StaticForm, widgets.VBox):
 
     def __init__(self, report):
         self.report = report
-        picture = widgets.Image(value=draw(report), format="png")
+        # 945 pixels wide: scaled down where the column is narrower (the static form too), never cut off
+        picture = widgets.Image(value=draw(report), format="png", layout=widgets.Layout(max_width="100%"))
         picture.alt = alt_text(report)
         super().__init__([widgets.HTML(f"<b>sweep</b>: {html.escape(report.headline())}"),
                           widgets.HTML(table(report)), picture])
@@ -46,14 +48,13 @@ class SweepView(StaticForm, widgets.VBox):
 
 
 def table(report) -> str:
-    """The report's rows as an HTML table."""
+    """The report's rows as an HTML table: figures right, words left; what ran and what chose it may wrap."""
     rows = report.rows()
     heads = list(rows[0]) if rows else []
-    head = "".join(f"<th style='text-align:left;padding:2px 8px'>{html.escape(h)}</th>" for h in heads)
-    cells = (("".join(f"<td style='padding:2px 8px'>{html.escape(format_cell(h, row[h]))}</td>" for h in heads))
-             for row in rows)
-    body = "".join(f"<tr>{row}</tr>" for row in cells)
-    return f"<table class='iris-sweep-table'><tr>{head}</tr>{body}</table>"
+    align = "".join("r" if isinstance(rows[0][h], float) else "l" for h in heads)
+    wrap = tuple(i for i, h in enumerate(heads) if h in ("ran", "chosen by"))
+    cells = [[html.escape(format_cell(h, row[h])) for h in heads] for row in rows]
+    return html_table([html.escape(h) for h in heads], cells, align=align, wrap=wrap, css_class="iris-sweep-table")
 
 
 def alt_text(report) -> str:

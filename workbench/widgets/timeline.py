@@ -22,6 +22,7 @@ import uuid
 
 import ipywidgets as widgets
 
+from iris.base.tables import html_table
 from iris.instruments.tracing.timeline import KIND_ORDER, Span, Timeline, format_time
 
 from .static import StaticForm
@@ -63,10 +64,10 @@ class TimelineView(StaticForm, widgets.VBox):
         self.header = widgets.HTML(self._header())
         self.window = widgets.FloatRangeSlider(value=(begin, end), min=begin, max=end, step=(end - begin) / 1000,
                                                description="µs", readout_format=".3f", continuous_update=False,
-                                               layout=widgets.Layout(width=f"{WIDTH}px"))
+                                               layout=widgets.Layout(width=f"{WIDTH}px", max_width="100%"))
         few = all(len(timeline.programs(r)) <= PROGRAM_LANES_UP_TO for r in range(timeline.world_size))
         self.lanes = widgets.ToggleButtons(options=[("lane per rank", "rank"), ("lane per program", "program")],
-                                           value="program" if few else "rank", style={"button_width": "130px"})
+                                           value="program" if few else "rank", style={"button_width": "150px"})
         self.show_arrows = widgets.Checkbox(value=True, description="release → acquire arrows", indent=False)
         self.chart = widgets.HTML()
         self.table = widgets.HTML(self._table())
@@ -100,24 +101,20 @@ class TimelineView(StaticForm, widgets.VBox):
                 f"{len(t.arrows)} release → acquire arrows{lost}{note}{_legend()}")
 
     def _table(self) -> str:
-        cell = "<td style='padding:0 8px'>{}</td>"
-        head = "".join(f"<th style='padding:0 8px'>{h}</th>" for h in ("rank", "events", "programs", "first … last",
-                                                                       "busy", "waited", *KIND_ORDER))
+        head = ["rank", "events", "programs", "first … last", "busy", "waited", *KIND_ORDER]
         rows = []
         for row in self.timeline.table():
             span = (f"{format_time(row['first'])} … {format_time(row['last'])}" if row["first"] is not None else "–")
-            kinds = "".join(cell.format(f"{v['count']} · {format_time(v['time'])}" if v["count"] else "")
-                            for v in row["kinds"].values())
-            values = (row["rank"], row["events"], row["programs"], span, format_time(row["busy"]),
-                      format_time(row["waited"]))
-            rows.append("<tr>" + "".join(cell.format(v) for v in values) + kinds + "</tr>")
+            kinds = [f"{v['count']} · {format_time(v['time'])}" if v["count"] else "" for v in row["kinds"].values()]
+            rows.append([str(row["rank"]), str(row["events"]), str(row["programs"]), span, format_time(row["busy"]),
+                         format_time(row["waited"]), *kinds])
         arrows = "".join(f"<li>{html.escape(a.source.describe())} → seen by {html.escape(a.sink.describe())}"
                          f" after {format_time(a.waited)} of polling</li>"
                          for a in self.timeline.arrows[:MAX_ARROWS_LISTED])
         more = len(self.timeline.arrows) - MAX_ARROWS_LISTED
         arrows += f"<li>… {more} more</li>" if more > 0 else ""
-        return (f"<table class='iris-timeline-table' style='font-size:12px'><tr>{head}</tr>{''.join(rows)}</table>"
-                "<small>per kind: events · summed µs; busy: time covered by any event; waited: polling that "
+        return (html_table(head, rows, css_class="iris-timeline-table")
+                + "<small>per kind: events · summed µs; busy: time covered by any event; waited: polling that "
                 "ended by seeing a release</small>" + (f"<ul style='font-size:12px'>{arrows}</ul>" if arrows else ""))
 
 
@@ -186,8 +183,9 @@ def timeline_svg(timeline: Timeline, window: tuple[float, float], mode: str = "r
     def y(row: int) -> float:
         return AXIS_HEIGHT + ROW_HEIGHT * row
 
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='{height}' font-size='10' "
-             "font-family='sans-serif'>",
+    # Drawn WIDTH wide, and scaled down (text too) where the column is narrower: the view never spills over.
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{WIDTH}' height='{height}' viewBox='0 0 {WIDTH} "
+             f"{height}' style='max-width:100%;height:auto' font-size='10' font-family='sans-serif'>",
              f"<defs><marker id='{marker_id}' viewBox='0 0 8 8' refX='7' refY='4' markerWidth='6' markerHeight='6' "
              f"orient='auto'><path d='M0,0 L8,4 L0,8 z' fill='{ARROW_COLOUR}'/></marker></defs>"]
     for i, label in enumerate(labels):

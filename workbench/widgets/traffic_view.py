@@ -1,9 +1,10 @@
-"""TrafficView: the traffic matrix of a cell as heat maps (issuing rank x heap, per kind, and what crossed from
-rank to rank) above its table (:meth:`iris.traffic.TrafficMatrix.to_html`).
+"""TrafficView: the traffic matrix of a cell under one header (its headline, how it was counted), as heat maps
+(issuing rank x heap, per kind, and what crossed from rank to rank) above its tables
+(:meth:`iris.traffic.TrafficMatrix.tables_html`).
 
 The heat maps are SVG built here, so the same picture is the widget's and the static form's (:mod:`.static`);
-hover a cell for its bytes (and, with a minimum, moved / needed). The view's ``text/plain`` is the matrix as
-text.
+hover a cell for its bytes (and, with a minimum, moved / needed). Each panel is an SVG of its own, so that a
+column too narrow for all four puts the rest on the next line. The view's ``text/plain`` is the matrix as text.
 
 Examples
 --------
@@ -20,6 +21,7 @@ import numpy as np
 
 from iris.base.sizes import format_size
 from iris.instruments.traffic import KINDS, TrafficMatrix
+from iris.instruments.traffic.matrix import SOURCES
 
 from .static import StaticForm
 
@@ -41,8 +43,10 @@ class TrafficView(StaticForm, widgets.VBox):
     Attributes
     ----------
     matrix : iris.traffic.TrafficMatrix
+    header : ipywidgets.HTML
+        The headline (the view's one title), how the bytes were counted, the note.
     chart : ipywidgets.HTML
-        The heat maps (SVG).
+        The heat maps (an SVG per panel).
     table : ipywidgets.HTML
         The matrix's HTML tables.
     """
@@ -50,10 +54,11 @@ class TrafficView(StaticForm, widgets.VBox):
     def __init__(self, matrix: TrafficMatrix, note: str = ""):
         self.matrix = matrix
         self.note = note
-        note_html = f"<div style='font-size:12px;color:#555'>{html.escape(note)}</div>" if note else ""
-        self.header = widgets.HTML(f"<b>{html.escape(matrix.headline())}</b>{note_html}")
-        self.chart = widgets.HTML(heat_maps_svg(matrix))
-        self.table = widgets.HTML(matrix.to_html())
+        lines = "".join(f"<div style='font-size:12px;color:#555'>{html.escape(line)}</div>"
+                        for line in (SOURCES[matrix.source], note) if line)
+        self.header = widgets.HTML(f"<b>{html.escape(matrix.headline())}</b>{lines}")
+        self.chart = widgets.HTML(heat_maps_html(matrix))
+        self.table = widgets.HTML(matrix.tables_html())
         super().__init__([self.header, self.chart, self.table])
         self.add_class("iris-traffic-view")
 
@@ -62,47 +67,50 @@ class TrafficView(StaticForm, widgets.VBox):
         return (f"{self.note}\n" if self.note else "") + self.matrix.to_text()
 
 
-def heat_maps_svg(matrix: TrafficMatrix) -> str:
-    """One heat map per kind (rows: issuing rank, columns: heap) and one of what crossed from rank to rank,
-    side by side, as an SVG element; each panel shaded against its own largest cell.
+def heat_maps_html(matrix: TrafficMatrix) -> str:
+    """One heat map per kind (rows: issuing rank, columns: heap) and one of what crossed from rank to rank, each
+    an SVG shaded against its own largest cell, side by side in a box that wraps them to the column's width.
 
     Examples
     --------
     >>> from iris.traffic import LaunchTraffic
-    >>> heat_maps_svg(TrafficMatrix.from_launches([[LaunchTraffic.empty("k", 0, 1)]]))[:4]
-    '<svg'
+    >>> heat_maps_html(TrafficMatrix.from_launches([[LaunchTraffic.empty("k", 0, 1)]])).count("<svg")
+    4
     """
-    world = matrix.world
     panels = [(kind, matrix.bytes[..., k], "issuing rank", "heap") for k, kind in enumerate(KINDS)]
     panels.append(("crossed ranks", matrix.crossing(), "from", "to"))
+    return ("<div style='display:flex;flex-flow:row wrap;max-width:100%'>"
+            + "".join(_panel_svg(matrix, *panel) for panel in panels) + "</div>")
+
+
+def _panel_svg(matrix: TrafficMatrix, title: str, values: np.ndarray, rows: str, columns: str) -> str:
+    """One heat map: its title and what its rows and columns are, the ranks' labels, a cell per pair."""
+    world = matrix.world
     cell = PANEL_SIDE / world
-    panel_width = LABEL + PANEL_SIDE + 16
-    height = TOP + PANEL_SIDE + 8
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{panel_width * len(panels)}' height='{height}' "
-             "font-size='10' font-family='sans-serif'>"]
-    for p, (title, values, rows, columns) in enumerate(panels):
-        left = p * panel_width + LABEL
-        parts.append(f"<text x='{left}' y='12' font-weight='bold'>{html.escape(title)}</text>"
-                     f"<text x='{left}' y='26' fill='#555'>rows: {rows} · columns: {columns}</text>")
+    left = LABEL  # the grid's left edge: the row labels end there
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{LABEL + PANEL_SIDE + 16}' "
+             f"height='{TOP + PANEL_SIDE + 8}' font-size='10' font-family='sans-serif'>"
+             f"<text x='{left}' y='12' font-weight='bold'>{html.escape(title)}</text>"
+             f"<text x='{left}' y='26' fill='#555'>rows: {rows} · columns: {columns}</text>"]
+    if cell >= 12:
+        parts += [f"<text x='{left + (j + 0.5) * cell:.1f}' y='{TOP - 4}' text-anchor='middle'>{j}</text>"
+                  for j in range(world)]
+    biggest = max(int(values.max(initial=0)), 1)
+    red, green, blue = COLOURS[title]
+    for i in range(world):
+        y = TOP + i * cell
         if cell >= 12:
-            parts += [f"<text x='{left + (j + 0.5) * cell:.1f}' y='{TOP - 4}' text-anchor='middle'>{j}</text>"
-                      for j in range(world)]
-        biggest = max(int(values.max(initial=0)), 1)
-        red, green, blue = COLOURS[title]
-        for i in range(world):
-            y = TOP + i * cell
-            if cell >= 12:
-                parts.append(f"<text x='{left - 4}' y='{y + cell / 2 + 3:.1f}' text-anchor='end'>rank {i}</text>")
-            for j in range(world):
-                value = int(values[i, j])
-                alpha = 0.08 + 0.85 * value / biggest if value else 0.0
-                tip = _tip(matrix, title, i, j, value)
-                parts.append(f"<rect x='{left + j * cell:.1f}' y='{y:.1f}' width='{cell:.1f}' height='{cell:.1f}' "
-                             f"fill='rgba({red},{green},{blue},{alpha:.2f})' stroke='#ddd' stroke-width='0.5'>"
-                             f"<title>{html.escape(tip)}</title></rect>")
-                if cell >= 44 and value:
-                    parts.append(f"<text x='{left + (j + 0.5) * cell:.1f}' y='{y + cell / 2 + 3:.1f}' "
-                                 f"text-anchor='middle'>{html.escape(format_size(value))}</text>")
+            parts.append(f"<text x='{left - 4}' y='{y + cell / 2 + 3:.1f}' text-anchor='end'>rank {i}</text>")
+        for j in range(world):
+            value = int(values[i, j])
+            alpha = 0.08 + 0.85 * value / biggest if value else 0.0
+            tip = _tip(matrix, title, i, j, value)
+            parts.append(f"<rect x='{left + j * cell:.1f}' y='{y:.1f}' width='{cell:.1f}' height='{cell:.1f}' "
+                         f"fill='rgba({red},{green},{blue},{alpha:.2f})' stroke='#ddd' stroke-width='0.5'>"
+                         f"<title>{html.escape(tip)}</title></rect>")
+            if cell >= 44 and value:
+                parts.append(f"<text x='{left + (j + 0.5) * cell:.1f}' y='{y + cell / 2 + 3:.1f}' "
+                             f"text-anchor='middle'>{html.escape(format_size(value))}</text>")
     parts.append("</svg>")
     return "".join(parts)
 

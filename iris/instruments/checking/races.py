@@ -15,6 +15,8 @@ import html
 import os
 from dataclasses import dataclass
 
+from ...base.tables import html_table
+
 
 class RaceWarning(UserWarning):
     """A data race found by ``iris.iris(..., check="races")``; issued once per pair of source lines."""
@@ -135,7 +137,8 @@ def races_text_table(races) -> str:
 
 
 def races_html_table(races) -> str:
-    """An HTML ``<table>`` of races (escaped), or a ``<p>`` saying there are none.
+    """An HTML ``<table>`` of races (escaped), or a ``<p>`` saying there are none. The kernel, the element and
+    whose heap stay on one line; the accesses wrap between their phrases (:func:`_access_html`).
 
     Examples
     --------
@@ -144,13 +147,10 @@ def races_html_table(races) -> str:
     """
     if not races:
         return "<p>no races</p>"
-    head = "".join(f"<th>{html.escape(column)}</th>" for column in COLUMNS)
-    body = "".join(
-        f"<tr><td>{html.escape(race.kernel)}</td><td>{html.escape(race.element_name)}</td>"
-        f"<td>{_unbroken(f'rank {race.heap_rank}')}</td><td>{_access_html(race.first)}</td>"
-        f"<td>{_access_html(race.second)}</td></tr>" for race in races
-    )
-    return f'<table class="iris-races"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    rows = [[html.escape(race.kernel), html.escape(race.element_name), html.escape(f"rank {race.heap_rank}"),
+             _access_html(race.first), _access_html(race.second)] for race in races]
+    return html_table([html.escape(column) for column in COLUMNS], rows, align="lllll", wrap=(3, 4),
+                      css_class="iris-races", row_labels=False)
 
 
 def _unbroken(phrase: str) -> str:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ...base.sizes import format_size
+from ...base.tables import html_table
 from .from_trace import traced_launches
 from .launch import KINDS, LaunchTraffic, kind_index
 
@@ -55,6 +56,9 @@ class TrafficMatrix:
     minimum : None, int or numpy.ndarray
         What the operation needs: a total, or ``(world, world)`` bytes that must cross from each rank to each
         other (:mod:`iris.instruments.traffic.minimum`); set with :meth:`with_minimum`.
+    label : str
+        What the caller calls what was counted, said in the headline beside the kernel: which variant of a
+        kernel that has several (``"one_shot"``), which step of a lesson.
     """
 
     bytes: np.ndarray
@@ -64,6 +68,7 @@ class TrafficMatrix:
     kernel: str = ""
     source: str = "interpreter"
     minimum: object = None
+    label: str = ""
 
     # -- building ----------------------------------------------------------------------------------------
     @classmethod
@@ -173,9 +178,10 @@ class TrafficMatrix:
 
     # -- showing -----------------------------------------------------------------------------------------
     def headline(self) -> str:
-        """One line: the kernel, how it was counted, what crossed ranks against what is needed."""
+        """One line: the kernel (and the label), what crossed ranks against what is needed, what moved in all."""
         moved = int(self.crossing().sum())
-        line = f"traffic of {self.kernel} on {self.world} ranks: {format_size(moved)} crossed ranks"
+        named = f"{self.kernel} ({self.label})" if self.label else self.kernel
+        line = f"traffic of {named} on {self.world} ranks: {format_size(moved)} crossed ranks"
         if self.minimum is not None:
             line += f", {format_size(self.needed())} needed ({_ratio_text(self.ratio())})"
         return line + f", {format_size(self.total())} at heaps in all"
@@ -202,27 +208,32 @@ class TrafficMatrix:
         return "\n".join(lines)
 
     def to_html(self) -> str:
-        """The matrix as an HTML table per kind (cells shaded by their share of the largest), then what crossed
-        ranks, beside the minimum when one is set: what a notebook shows."""
+        """The matrix as HTML, what a notebook shows: the headline, how it was counted, then :meth:`tables_html`."""
+        return (f"<div class='iris-traffic'><b>{html.escape(self.headline())}</b>"
+                f"<div style='font-size:12px;color:#555'>{html.escape(SOURCES[self.source])}</div>"
+                f"{self.tables_html()}</div>")
+
+    def tables_html(self) -> str:
+        """The tables alone, side by side: per kind, bytes by issuing rank and heap (cells shaded by their share
+        of the largest), then what crossed ranks, beside the minimum when one is set. A view with a header of
+        its own shows these under it (the headline once).
+
+        Examples
+        --------
+        >>> m.tables_html().count("<table")                      # doctest: +SKIP
+        4
+        """
         biggest = max(int(self.bytes.max(initial=0)), 1)
-        parts = [f"<div class='iris-traffic'><b>{html.escape(self.headline())}</b>"
-                 f"<div style='font-size:12px;color:#555'>{html.escape(SOURCES[self.source])}</div>"
-                 "<div style='display:flex;flex-flow:row wrap;gap:16px'>"]
+        tables = []
         for k, kind in enumerate(KINDS):
-            head = "".join(f"<th>heap {j}</th>" for j in range(self.world)) + "<th>outside</th>"
-            rows = "".join(
-                f"<tr><th>rank {i}</th>"
-                + "".join(_shaded(int(v), biggest) for v in self.bytes[i, :, k])
-                + f"<td style='color:#777'>{format_size(int(self.outside[i, k]))}</td></tr>"
-                for i in range(self.world))
-            parts.append(f"<table style='font-size:12px'><caption>{kind}</caption><tr><th>issuer</th>{head}</tr>"
-                         f"{rows}</table>")
-        crossing_rows = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>"
-                                for row in self._crossing_rows(html.escape))
-        head = "".join(f"<th>to {j}</th>" for j in range(self.world))
-        parts.append(f"<table style='font-size:12px'><caption>crossed ranks</caption><tr><th>from</th>{head}</tr>"
-                     f"{crossing_rows}</table></div></div>")
-        return "".join(parts)
+            rows = [[f"rank {i}", *(_shaded(int(v), biggest) for v in self.bytes[i, :, k]),
+                     (format_size(int(self.outside[i, k])), "color:#777")] for i in range(self.world)]
+            tables.append(html_table(["issuer", *(f"heap {j}" for j in range(self.world)), "outside"], rows,
+                                     caption=kind, css_class="iris-traffic-table"))
+        tables.append(html_table(["from", *(f"to {j}" for j in range(self.world))],
+                                 self._crossing_rows(html.escape), caption="crossed ranks",
+                                 css_class="iris-traffic-table"))
+        return f"<div style='display:flex;flex-flow:row wrap;gap:16px;max-width:100%'>{''.join(tables)}</div>"
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
         return {"text/plain": self.to_text(), "text/html": self.to_html()}
@@ -260,9 +271,10 @@ def _ratio_text(ratio: float) -> str:
     return "nothing needed, something moved" if ratio == float("inf") else f"{ratio:.2f}× the minimum"
 
 
-def _shaded(value: int, biggest: int) -> str:
+def _shaded(value: int, biggest: int) -> tuple[str, str]:
+    """A cell of :func:`~iris.base.tables.html_table`: ``value`` as a size, shaded by its share of ``biggest``."""
     alpha = 0.08 + 0.8 * value / biggest if value else 0.0
-    return f"<td style='background:rgba(78,121,167,{alpha:.2f});text-align:right'>{format_size(value)}</td>"
+    return format_size(value), f"background:rgba(78,121,167,{alpha:.2f})"
 
 
 def _text_table(head: list[str], rows: list[list[str]]) -> str:
