@@ -34,7 +34,7 @@ from .cluster import Workbench
 from .report import CellReport, RankError, RankResult, WorkbenchError
 from .session import current, start
 from .shutdown import StopReport
-from .views import bench, heap, remote, show, sweep, timeline, topology, traffic
+from .views import bench, heap, remote, show, step, sweep, timeline, topology, traffic
 
 
 def load_ipython_extension(ipython) -> None:
@@ -46,6 +46,6 @@ def load_ipython_extension(ipython) -> None:
 
 __all__ = [
     "CellReport", "RankError", "RankResult", "StopReport", "Workbench", "WorkbenchError",
-    "bench", "current", "heap", "load_ipython_extension", "remote", "show", "start", "sweep", "timeline", "topology",
-    "traffic",
+    "bench", "current", "heap", "load_ipython_extension", "remote", "show", "start", "step", "sweep", "timeline",
+    "topology", "traffic",
 ]

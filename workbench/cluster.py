@@ -141,6 +141,7 @@ class Workbench:
         self.rank_info: list[dict] = []
         self.broken: str | None = None
         self.hang_channel: str | None = None  # where the ranks answer "where are you?" (a hang report)
+        self.before_stop: list = []  # callables the next stop calls first (a stepped run's stop)
         self.last_stop: StopReport | None = None
         self.cluster_log: collections.deque[str] = collections.deque(maxlen=CLUSTER_LOG_RECORDS)
         self._cluster = None
@@ -317,6 +318,8 @@ class Workbench:
         stopped 2 ranks (cpu backend): each exited with status 0; no process and nothing in /dev/shm left
         """
         atexit.unregister(self._stop_at_exit)
+        while self.before_stop:  # e.g. a stepped run lets its held ranks go, so that they can hear the stop
+            self.before_stop.pop()()
         client, cluster = self.client, self._cluster
         if client is None and cluster is None:
             self._remove_leftovers()

@@ -253,6 +253,24 @@ def run_cell(source: str, filename: str) -> dict:
     return {"rank": namespace.get("rank"), "status": status, "seconds": seconds, "error": error}
 
 
+def run_stepped_cell(source: str, filename: str, address: str) -> dict:
+    """:func:`run_cell`, with this rank held before every access to a symmetric heap until the coordinator at
+    ``address`` (the notebook's :class:`workbench.stepping.SteppedRun`) lets it go; heap tensors are called by the
+    rank's variables holding them."""
+    from iris.instruments.stepping import stepped
+
+    from .widgets.probes import variable_names
+
+    namespace = _namespace()
+    ctx = namespace["ctx"]
+
+    def namer(offset: int) -> str | None:
+        return ", ".join(variable_names(namespace, ctx).get(offset, [])) or None
+
+    with stepped(ctx, address, namer=namer):
+        return run_cell(source, filename)
+
+
 def _add_fault_note(error: dict, ctx) -> None:
     """On a GPU rank of a world spanning several hosts, a fault (illegal address, device assertion) gets a note naming
     the ranks this rank cannot address (:func:`iris.heap.reach.fault_note`): on a GPU a kernel cannot raise the

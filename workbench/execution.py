@@ -32,6 +32,12 @@ EXIT_STATUS_SECONDS = 10.0
 def run_cell(wb, source: str, filename: str, ranks: list[int], timeout: float) -> CellReport:
     """Run ``source`` (registered as ``filename``) on ``ranks`` of workbench ``wb``; see the module doc."""
     pending = {rank: wb.view(rank).apply_async(engine.run_cell, source, filename) for rank in ranks}
+    return collect_cell(wb, pending, timeout)
+
+
+def collect_cell(wb, pending: dict, timeout: float) -> CellReport:
+    """The report of a cell already sent to the ranks (rank -> its request), printing their output as it comes;
+    ranks still running after ``timeout`` seconds are handled as :func:`run_cell` says."""
     output = _RankOutput(pending)
     results: dict[int, RankResult] = {}
     notes = []

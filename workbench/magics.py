@@ -24,6 +24,8 @@ Examples
     ...
     %iris timeline                 # that timeline again; --save trace.json writes it for Perfetto
 
+    %%iris_kernel --step           # every CPU rank held before each heap access: step them in any order, watch
+    ...                            # the heaps; --replay ORDER takes the steps of a saved order
     %%iris_kernel --traffic        # bytes each rank loaded from, stored to, updated at each heap, shown after
     ...                            # (--traffic one_shot: "one_shot" beside the kernel's name in the title)
     %iris traffic --launch 0 --need 8192   # that matrix again: one launch, beside what the operation needs
@@ -41,7 +43,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import display
 
-from . import exercises, races, session, tracing, views
+from . import exercises, races, session, stepping, tracing, views
 from .cluster import BACKENDS
 from .hang_report import display_hang
 from .report import render_summaries
@@ -136,6 +138,11 @@ def _kernel_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", choices=("races",), default=None,
                         help="check the cell's kernels for data races (CPU backend; the checker stays on) and show "
                              "the races after it, or say there were none")
+    parser.add_argument("--step", action="store_true",
+                        help="run the cell on every CPU rank with each rank held before every access to a symmetric "
+                             "heap, and show the stepper: step the ranks in any order, watch the heaps, save the order")
+    parser.add_argument("--replay", default=None, metavar="ORDER",
+                        help="with --step: take the steps of a saved order (a file written by the stepper's save)")
     parser.add_argument("--traffic", nargs="?", const="", default=None, metavar="LABEL",
                         help="count the bytes each rank's launches loaded from, stored to and atomically updated at "
                              "each heap (CPU: exact; CUDA: from tracing) and show the matrix after the cell, LABEL "
@@ -220,6 +227,21 @@ class IrisMagics(Magics):
         elif args.command == "traffic":
             display(traffic_last_view(self._need(args.need), args.launch, args.label))
 
+    def _stepped(self, wb, cell: str, args, ranks) -> None:
+        """``%%iris_kernel --step [--replay ORDER]``: the stepper view, every rank held at its first heap access."""
+        others = [flag for flag, given in (("--ranks", ranks is not None), ("--trace", args.trace),
+                                           ("--check", args.check), ("--traffic", args.traffic is not None),
+                                           ("--show", args.show), ("--timeout", args.timeout is not None)) if given]
+        if others:
+            raise UsageError(f"%%iris_kernel --step runs the cell on every rank, held at each heap access, for as long "
+                             f"as you step it: leave out {', '.join(others)}")
+        if args.replay and not args.step:
+            raise UsageError("%%iris_kernel --replay ORDER replays a stepped run: add --step")
+        run = stepping.start_stepping(wb, cell, line_offset=1)
+        if args.replay:
+            run.replay(args.replay)
+        display(run)
+
     def _bench(self, args):
         """``%iris bench``'s view: LABEL=EXPR pairs, the work's numbers evaluated in the notebook's namespace."""
         candidates = {}
@@ -268,6 +290,9 @@ class IrisMagics(Magics):
             raise UsageError(f"%%iris_kernel: --max-events {args.max_events}: give at least 1 event per rank")
         wb = session.current()
         ranks = parse_ranks(args.ranks, wb.world_size)
+        if args.step or args.replay:
+            self._stepped(wb, cell, args, ranks)
+            return
         if args.trace:
             tracing.start_capture(wb, args.max_events or tracing.DEFAULT_MAX_EVENTS, ranks=ranks)
         if args.check == "races" and wb.check != "races":

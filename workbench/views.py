@@ -10,6 +10,7 @@ Examples
 from __future__ import annotations
 
 from .session import current
+from .stepping import start_stepping
 from .traffic_capture import last_view as _traffic_view
 
 
@@ -117,6 +118,28 @@ def traffic(need=None, launch=None, label=""):
     >>> workbench.traffic(need=need, launch=0, label="one_shot")                                 # doctest: +SKIP
     """
     return _traffic_view(need, launch, label)
+
+
+def step(code: str, order=None, race=None):
+    """Run ``code`` on every CPU rank, each held before every access to a symmetric heap, as ``%%iris_kernel --step``
+    does: a :class:`~workbench.stepping.SteppedRun` (displayed, the stepper view), every rank held at its first
+    access. ``order``: a saved order (file), an :class:`~iris.instruments.stepping.Order` or a list of ranks, whose
+    steps are taken at once. ``race``: a race the checker found (``cell_races(wb).races[0]``), made to happen: its
+    reading access before its write (:func:`iris.instruments.stepping.make_it_happen`), and what it read printed.
+
+    Examples
+    --------
+    >>> run = workbench.step(MESSAGE_PASSING)              # doctest: +SKIP
+    >>> run.step(1); run.step(0); run.run_to_end()         # doctest: +SKIP
+    >>> print(run.transcript)                              # doctest: +SKIP
+    >>> run = workbench.step("shift_and_sum(barrier=False)", race=race)   # doctest: +SKIP
+    """
+    run = start_stepping(current(), code)
+    if order is not None:
+        run.replay(order)
+    if race is not None:
+        print(run.replay_race(race))
+    return run
 
 
 def topology():

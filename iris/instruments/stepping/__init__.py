@@ -5,6 +5,7 @@ ranks let go one step at a time in an order a person (or a script, or a race rep
 * :mod:`.coordinator`: :class:`Coordinator`, which holds the ranks and steps them;
 * :mod:`.order`: :class:`Order`, a run's steps, saved, edited and replayed (the same heaps, bit for bit);
 * :mod:`.transcript`: :class:`Transcript`, the numbered table of steps with the values before and after;
+* :mod:`.race_replay`: a race of the checker's made to happen (:func:`make_it_happen`, :func:`what_happened`);
 * :mod:`.protocol`: what the two sides say.
 
 The workbench drives it from a notebook (``%%iris_kernel --step``, :func:`workbench.step`); a script runs a
@@ -18,10 +19,11 @@ Examples
 """
 
 from .coordinator import Coordinator, RankState, SteppingError
-from .gate import Gate, stepped
+from .gate import ON_A_GPU, Gate, stepped
 from .order import Entry, Order, OrderDiverged
 from .protocol import SteppingStopped
+from .race_replay import make_it_happen, race_order, what_happened
 from .transcript import Step, Transcript
 
-__all__ = ["Coordinator", "Entry", "Gate", "Order", "OrderDiverged", "RankState", "Step", "SteppingError",
-           "SteppingStopped", "Transcript", "stepped"]
+__all__ = ["ON_A_GPU", "Coordinator", "Entry", "Gate", "Order", "OrderDiverged", "RankState", "Step", "SteppingError",
+           "SteppingStopped", "Transcript", "make_it_happen", "race_order", "stepped", "what_happened"]

@@ -32,6 +32,7 @@ from .order import Order, OrderDiverged
 from .protocol import Channel
 from .transcript import Step, Transcript
 
+WAITING_POLLS = 2  # a rank that read the same values this many times in a row waits on them (a flag)
 SETTLE_SECONDS = 60.0  # how long a step may take (the rank runs host code until its next access)
 MAX_STEPS = 100_000
 
@@ -153,7 +154,13 @@ class Coordinator:
             state.state, state.before, state.after = "running", None, None
             state.channel.send({"go": True})
         self.transcript.append(step)
+        if not barrier and operation["kind"] != "load":
+            self._wake_waiters(rank, operation)
         self.wait_until_held([rank], timeout)
+        if barrier and all(s.state == "in barrier" for s in self.ranks if not s.ended):
+            # The last rank into the barrier lets every rank out: wait until each is held again (or has ended).
+            self._wait_for(lambda: all(s.settled and s.state != "in barrier" for s in self.ranks),
+                           "to come out of the host barrier", timeout)
         if not barrier:
             step.before, step.after = state.before, state.after
         return step
@@ -196,6 +203,28 @@ class Coordinator:
                 taken += 1
         return taken
 
+    def run_first(self, ranks, until=None, max_steps: int = MAX_STEPS) -> int:
+        """Step the ranks, always the first of ``ranks`` that can go (then the others, in rank order), to their end
+        or until ``until(step)`` is true of a step taken. A rank waiting on a value that no step has changed since
+        gives way until one does. Returns the number of steps taken; they are recorded as any steps are, so the
+        run can be saved and replayed exactly (:mod:`.race_replay` makes a race happen this way)."""
+        preference = list(dict.fromkeys([*ranks, *range(self.world_size)]))
+        taken = 0
+        while not self.done:
+            held = [r for r in preference if self.ranks[r].held]
+            if not held:
+                self._wait_for(lambda: self.done or any(s.held for s in self.ranks), "to come out of the host "
+                               "barrier (a rank that never calls it keeps the others there)")
+                continue
+            if taken >= max_steps:
+                raise SteppingError(f"{max_steps} steps and the ranks have not ended: {self.summary()}")
+            going = [r for r in held if self.ranks[r].polls < WAITING_POLLS] or held
+            step = self.step(going[0])
+            taken += 1
+            if until is not None and until(step):
+                break
+        return taken
+
     def replay(self, order: Order, *, strict: bool = True) -> None:
         """Take the steps of ``order``, in its order; raise :class:`OrderDiverged` at the first step that no longer
         fits (its rank is not held, or, with ``strict``, is held at another operation than the recorded one)."""
@@ -207,6 +236,14 @@ class Coordinator:
             if strict and entry.signature is not None and entry.signature != found:
                 raise OrderDiverged(index, entry, f"rank {entry.rank} is held before {found}")
             self.step(entry.rank)
+
+    def _wake_waiters(self, writer: int, operation: dict) -> None:
+        """A write to an allocation that other ranks keep polling: they no longer wait on the same values."""
+        written = {(t["rank"], t.get("allocation")) for t in operation["targets"]}
+        for state in self.ranks:
+            if state.rank != writer and state.polls and state.operation and any(
+                    (t["rank"], t.get("allocation")) in written for t in state.operation["targets"]):
+                state.polls = 0
 
     def stop(self, reason: str = "stopped by the user") -> None:
         """End the run: every rank still held or running gets ``stop`` (its kernel raises SteppingStopped)."""
@@ -239,7 +276,7 @@ class Coordinator:
         """For a rank that keeps reading the same values (a flag wait): what it waits for and who could release
         it (held ranks whose next access writes there); None for a rank that is not waiting."""
         state = self.ranks[rank]
-        if state.polls < 2 or state.operation is None:
+        if state.polls < WAITING_POLLS or state.operation is None:
             return None
         target = state.operation["targets"][0]
         what = f"{target['name']}{list(target.get('first', []))} of rank {target['rank']}"

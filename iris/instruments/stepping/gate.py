@@ -32,6 +32,9 @@ import numpy as np
 from ...interpret import access_events
 from .protocol import IDLE_SECONDS, Channel, SteppingStopped
 
+ON_A_GPU = ("a kernel on a GPU cannot be paused between ranks, so it cannot be stepped: run the same code on CPU "
+            "ranks (%iris start --backend cpu, or IRIS_BACKEND=cpu for a script), where every access can be stepped, "
+            "or trace it on the GPU and read the timeline (%%iris_kernel --trace)")
 VALUES_SHOWN = 8  # values of an operation's first lanes that the transcript shows
 _LIBRARY = (os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep,
             *access_events.NOT_KERNEL_SOURCE)
@@ -55,11 +58,14 @@ class Gate:
     namer : callable, optional
         ``namer(allocation_offset) -> str or None``: what to call an allocation (the workbench names it after the
         rank's variables); the allocation's label otherwise.
-    idle_timeout : float
-        Seconds a paused rank waits for its next step before :class:`SteppingStopped`.
+    idle_timeout : float, optional
+        Seconds a paused rank waits for its next step before :class:`SteppingStopped` (default
+        ``IRIS_STEP_IDLE_SECONDS``, else :data:`~.protocol.IDLE_SECONDS`).
     """
 
-    def __init__(self, heap, rank: int, address: str, namer=None, idle_timeout: float = IDLE_SECONDS):
+    def __init__(self, heap, rank: int, address: str, namer=None, idle_timeout: float | None = None):
+        if idle_timeout is None:
+            idle_timeout = float(os.environ.get("IRIS_STEP_IDLE_SECONDS", IDLE_SECONDS))
         self.heap, self.rank, self.namer, self.idle_timeout = heap, rank, namer, idle_timeout
         self.steps = 0
         self.kernel, self.program = "?", (0, 0, 0)
@@ -211,7 +217,7 @@ class Gate:
 
 
 @contextlib.contextmanager
-def stepped(ctx, address: str, namer=None, idle_timeout: float = IDLE_SECONDS):
+def stepped(ctx, address: str, namer=None, idle_timeout: float | None = None):
     """Run the body with this rank's heap accesses paused, one step at a time, by the coordinator at ``address``.
 
     Only the CPU backend can pause a kernel between its accesses: on a GPU a kernel runs to its end once launched.
@@ -222,10 +228,7 @@ def stepped(ctx, address: str, namer=None, idle_timeout: float = IDLE_SECONDS):
         On the cuda backend, saying what can be done instead.
     """
     if ctx.backend != "cpu":
-        raise NotImplementedError(
-            f"rank {ctx.cur_rank}: a kernel on a GPU cannot be paused between ranks, so it cannot be stepped: run "
-            "the same code on CPU ranks (%iris start --backend cpu, or IRIS_BACKEND=cpu for a script), where every "
-            "access can be stepped, or trace it on the GPU and read the timeline (%%iris_kernel --trace)")
+        raise NotImplementedError(f"rank {ctx.cur_rank}: {ON_A_GPU}")
     gate = Gate(ctx.heap, ctx.cur_rank, address, namer=namer, idle_timeout=idle_timeout)
     ctx._step_gate = gate
     access_events.add_observer(gate)

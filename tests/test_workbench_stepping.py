@@ -1,0 +1,129 @@
+"""Stepped cells from the workbench (``%%iris_kernel --step``, ``workbench.step``): real engines, CPU ranks.
+
+Lesson 08's missing barrier: every rank puts its ``mine`` into its right neighbour's inbox, then sums its own inbox.
+The race checker finds the race; stepping with the summing rank first makes the wrong total appear, on the line
+that reads the inbox; the fixed protocol under the same preference gives the right totals.
+"""
+
+from __future__ import annotations
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+import workbench
+from iris.instruments.stepping import Order, OrderDiverged, make_it_happen
+from workbench.races import cell_races
+
+from .multirank import our_heap_files
+
+SHIFT_AND_SUM = """
+mine = ctx.full((4,), float(rank + 1), name="mine")
+inbox = ctx.zeros(4, name="inbox")
+total = ctx.zeros(1, name="total")
+
+@triton.jit
+def put_right(mine, inbox, cur_rank, world, heap_bases, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    iris.put(mine + offs, inbox + offs, cur_rank, (cur_rank + 1) % world, heap_bases)
+
+@triton.jit
+def sum_inbox(inbox, total, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(total, tl.sum(tl.load(inbox + offs)))
+
+def shift_and_sum(barrier):
+    inbox.zero_()
+    total.zero_()
+    ctx.barrier()
+    put_right[(1,)](mine, inbox, rank, world_size, ctx.get_heap_bases(), BLOCK=4)
+    if barrier:
+        ctx.barrier()
+    sum_inbox[(1,)](inbox, total, BLOCK=4)
+    ctx.barrier()
+"""
+RIGHT_TOTALS = [8.0, 4.0]  # rank 0 sums rank 1's four 2s, rank 1 rank 0's four 1s
+
+
+@pytest.fixture(scope="module")
+def wb():
+    before = our_heap_files()
+    wb = workbench.start(n=2, backend="cpu", heap_size="16MiB", progress=False, check="races")
+    report = wb.run(SHIFT_AND_SUM)
+    assert report.ok, report.render()
+    yield wb
+    print(wb.stop())
+    assert wb.last_stop.ok and our_heap_files() <= before
+
+
+def test_a_race_found_by_the_checker_is_made_to_happen_and_the_fix_holds_under_the_same_order(wb, tmp_path):
+    assert wb.run("shift_and_sum(barrier=False)").ok
+    races = cell_races(wb).races
+    race = next(r for r in races if r.heap_rank == 0)
+
+    run = workbench.step("shift_and_sum(barrier=False)")
+    said = run.replay_race(race)
+    assert run.done and run.report.ok, run.summary()
+    assert "rank 0's load at line 14" in said and "read 0, 0, 0, 0 before rank 1's store at line 9" in said, said
+    assert "wrote 2, 2, 2, 2" in said, said
+    wrong = [t.item() for t in wb.pull("total")]
+    assert wrong[0] == 0.0, wrong  # rank 0 summed its inbox before rank 1's put landed
+    read = next(s for s in run.transcript.steps if s.rank == 0 and s.operation["line"] == 14)
+    assert read.operation["source"] == "tl.store(total, tl.sum(tl.load(inbox + offs)))"
+    saved = run.order.save(tmp_path / "race.order.json")
+
+    # the recorded order replays exactly: the same steps, values and totals
+    again = workbench.step("shift_and_sum(barrier=False)", order=saved)
+    assert again.done and again.order == run.order
+    assert [(s.rank, s.before, s.after) for s in again.transcript.steps] == [
+        (s.rank, s.before, s.after) for s in run.transcript.steps]
+    assert [t.item() for t in wb.pull("total")] == wrong
+
+    # the fixed protocol, the same preference (rank 0 first until its read, then rank 1): the right totals
+    fixed = workbench.step("shift_and_sum(barrier=True)")
+    said = make_it_happen(fixed.coordinator, race)
+    fixed._after(None)
+    assert fixed.done and fixed.report.ok
+    assert "came before rank 0's load at line 14" in said, said
+    assert [t.item() for t in wb.pull("total")] == RIGHT_TOTALS
+
+    # and the old order no longer fits the fixed code: it says at which step
+    diverging = workbench.step("shift_and_sum(barrier=True)")
+    with pytest.raises(OrderDiverged, match="diverged at step"):
+        diverging.replay(Order.load(saved))
+    report = diverging.stop()
+    assert report.ranks_with("error"), report.render()
+    assert wb.run("shift_and_sum(barrier=True)").ok, "no rank is left held"
+    assert [t.item() for t in wb.pull("total")] == RIGHT_TOTALS
+
+
+def test_the_magic_steps_and_refuses_what_it_cannot_do(wb, capsys):
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "workbench")
+    with pytest.raises(UsageError, match="leave out --ranks, --trace"):
+        shell.run_cell_magic("iris_kernel", "--step --ranks 0 --trace", "shift_and_sum(True)")
+    with pytest.raises(UsageError, match="add --step"):
+        shell.run_cell_magic("iris_kernel", "--replay x.json", "shift_and_sum(True)")
+    shell.run_cell_magic("iris_kernel", "--step", "shift_and_sum(barrier=True)")
+    run = workbench.stepping._active
+    assert run is not None and [s.state for s in run.ranks] == ["barrier", "barrier"]
+    run.step_each()
+    assert all(s.operation["kind"] == "load" for s in run.ranks), run.summary()  # put_right reads mine
+    run.run_to_end()
+    assert run.done and [t.item() for t in wb.pull("total")] == RIGHT_TOTALS
+    shell.run_cell_magic("iris_kernel", "--step", "x = 1 + 1")
+    assert "nothing to step" in capsys.readouterr().out
+
+
+def test_a_run_left_held_is_stopped_by_a_new_one_and_by_the_stop_of_the_cluster():
+    wb = workbench.start(n=2, backend="cpu", heap_size="16MiB", progress=False)
+    try:
+        assert wb.run(SHIFT_AND_SUM).ok
+        first = workbench.step("shift_and_sum(barrier=True)")
+        second = workbench.step("shift_and_sum(barrier=True)")  # stops the first
+        assert first.done and first.report.ranks_with("error") == [0, 1]
+        assert "the stepped run was stopped: a new stepped cell started" in first.report.results[0].error["message"]
+        second.step(0)
+    finally:
+        report = wb.stop()  # second is still held: the stop lets it go first
+    assert report.ok, str(report)
