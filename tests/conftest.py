@@ -62,6 +62,8 @@ QUICK = {
     "iris.instruments": ["tests/test_traffic.py::test_lesson_13_first_kernel_sends_each_tile_once"],
     "iris.instruments.checking": ["tests/test_races.py::test_world_of_one_reports_and_forgets",
                                   "tests/test_races.py::test_relaxed_flag_names_the_data_race"],
+    "iris.instruments.stepping": [
+        "tests/test_stepping.py::test_message_passing_under_a_scripted_order_with_every_heap_checked_between_steps"],
     "iris.instruments.tracing": ["tests/test_tracing.py::test_user_events_in_an_untraced_kernel_touch_nothing"],
     "iris.instruments.traffic": ["tests/test_traffic.py::test_lesson_13_first_kernel_sends_each_tile_once"],
     "iris.interpret": ["tests/test_interpret.py::test_gluon_atomics_across_programs",

@@ -171,6 +171,12 @@ def test_nccl_group_made_in_a_cell_meets_through_the_private_rendezvous_on_loopb
     assert listeners and all(host == "::1" or host.startswith("127.") for host, _, _ in listeners), listeners
 
 
+def test_a_stepped_cell_on_gpu_ranks_is_refused_saying_what_to_do_instead(shell):
+    with pytest.raises(workbench.WorkbenchError, match="cannot be paused between ranks.*--backend cpu.*--trace"):
+        shell.run_cell_magic("iris_kernel", "--step", "x = ctx.zeros(4)")
+    assert workbench.current().run("y = 1").ok, "nothing was left running"
+
+
 def test_stop_is_one_line_and_every_engine_exits_0(shell):  # last: it stops the ranks of this module
     report = workbench.current().stop()
     assert report.ok and str(report).count("\n") == 0, str(report)
