@@ -12,7 +12,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import workbench
-from iris.instruments.stepping import Order, OrderDiverged, make_it_happen
+from iris.instruments.stepping import Order, OrderDiverged
 from workbench.races import cell_races
 
 from .multirank import our_heap_files
@@ -57,15 +57,19 @@ def wb():
 
 
 def test_a_race_found_by_the_checker_is_made_to_happen_and_the_fix_holds_under_the_same_order(wb, tmp_path):
-    assert wb.run("shift_and_sum(barrier=False)").ok
-    races = cell_races(wb).races
-    race = next(r for r in races if r.heap_rank == 0)
+    # The checker's run, stepped so that its order is known: rank 1 first, so on rank 0's heap rank 1's put comes
+    # before rank 0's sum (rank 0's total is right) and on rank 1's heap the other way round.
+    checked = workbench.step("shift_and_sum(barrier=False)")
+    checked.run_first([1, 0])
+    assert checked.done and [t.item() for t in wb.pull("total")] == [8.0, 0.0]
+    race = next(r for r in cell_races(wb).races if r.heap_rank == 0)
+    assert (race.first.rank, race.first.kind, race.second.rank, race.second.kind) == (1, "store", 0, "load")
 
     run = workbench.step("shift_and_sum(barrier=False)")
-    said = run.replay_race(race)
+    said = run.replay_race(race)  # the other order: rank 0's sum before rank 1's put
     assert run.done and run.report.ok, run.summary()
-    assert "rank 0's load at line 14" in said and "read 0, 0, 0, 0 before rank 1's store at line 9" in said, said
-    assert "wrote 2, 2, 2, 2" in said, said
+    assert said.startswith("the other order than the checker saw: rank 0's load at line 14"), said
+    assert "read 0, 0, 0, 0, then rank 1's store at line 9" in said and "wrote 2, 2, 2, 2" in said, said
     wrong = [t.item() for t in wb.pull("total")]
     assert wrong[0] == 0.0, wrong  # rank 0 summed its inbox before rank 1's put landed
     read = next(s for s in run.transcript.steps if s.rank == 0 and s.operation["line"] == 14)
@@ -81,10 +85,10 @@ def test_a_race_found_by_the_checker_is_made_to_happen_and_the_fix_holds_under_t
 
     # the fixed protocol, the same preference (rank 0 first until its read, then rank 1): the right totals
     fixed = workbench.step("shift_and_sum(barrier=True)")
-    said = make_it_happen(fixed.coordinator, race)
-    fixed._after(None)
+    said = fixed.replay_race(race)
     assert fixed.done and fixed.report.ok
-    assert "came before rank 0's load at line 14" in said, said
+    assert said.startswith("the order the checker saw, still: rank 1's store at line 9"), said
+    assert "then rank 0's load at line 14" in said and "read 2, 2, 2, 2" in said, said
     assert [t.item() for t in wb.pull("total")] == RIGHT_TOTALS
 
     # and the old order no longer fits the fixed code: it says at which step
