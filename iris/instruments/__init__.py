@@ -3,7 +3,9 @@
 * :mod:`.checking`: the race detector of the CPU backend (``iris.iris(..., check="races")``);
 * :mod:`.tracing`: ``ctx.tracing`` on the host (enable, reset, export as a Perfetto trace) and the timeline read
   from a trace; the kernels' side is :mod:`iris.language.tracing`;
-* :mod:`.traffic`: the traffic matrix, bytes each rank moved to and from each heap, beside the minimum.
+* :mod:`.traffic`: the traffic matrix, bytes each rank moved to and from each heap, beside the minimum;
+* :mod:`.stepping`: a distributed kernel stepped on CPU ranks, every rank held before each heap access, in an order
+  chosen, recorded and replayed (a race of the checker's made to happen).
 
 Usable from a torchrun script: nothing here imports the workbench, ipyparallel or ipywidgets (the workbench draws
 what these measure). Imports the layers below (:mod:`iris.base`, :mod:`iris.heap`, :mod:`iris.interpret`,
