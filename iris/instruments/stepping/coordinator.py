@@ -145,7 +145,7 @@ class Coordinator:
         state = self.ranks[rank]
         with self._changed:
             if not state.held:
-                raise SteppingError(f"rank {rank} cannot take a step: it is {self._describe(state)}")
+                raise SteppingError(f"rank {rank} cannot take a step: it is {self.describe(state)}")
             operation, barrier = state.operation, state.state == "barrier"
             shown = ({**operation, "kind": "host barrier", "label": "ctx.barrier", "targets": [], "before": None}
                      if barrier else operation)
@@ -231,7 +231,7 @@ class Coordinator:
         for index, entry in enumerate(order.entries):
             state = self.ranks[entry.rank]
             if not state.held:
-                raise OrderDiverged(index, entry, f"rank {entry.rank} is {self._describe(state)}")
+                raise OrderDiverged(index, entry, f"rank {entry.rank} is {self.describe(state)}")
             found = self.order.signature(state.operation, state.state == "barrier")
             if strict and entry.signature is not None and entry.signature != found:
                 raise OrderDiverged(index, entry, f"rank {entry.rank} is held before {found}")
@@ -290,9 +290,10 @@ class Coordinator:
                 f"{who}")
 
     def summary(self) -> str:
-        return "; ".join(f"rank {s.rank} {self._describe(s)}" for s in self.ranks)
+        return "; ".join(f"rank {s.rank} {self.describe(s)}" for s in self.ranks)
 
-    def _describe(self, state: RankState) -> str:
+    def describe(self, state: RankState) -> str:
+        """Where ``state``'s rank is, in words: ``held before iris.store at line 9 (store)``."""
         if state.state == "paused":
             op = state.operation
             return f"held before {op['label']} at line {op['line']} ({op['kind']})"
