@@ -421,8 +421,9 @@ class Workbench:
         self._check_usable()
         selected = self._select(ranks)
         source = "\n" * line_offset + code
-        return execution.run_cell(self, source, cell_filename(source), selected,
-                                  self.timeout if timeout is None else timeout)
+        filename = cell_filename(source)
+        engine.register_source(source, filename)  # here too: the stepper view shows kernels defined in the cell
+        return execution.run_cell(self, source, filename, selected, self.timeout if timeout is None else timeout)
 
     def pull(self, expression: str, ranks=None) -> list:
         """The value of ``expression`` on each rank, in rank order; tensors come back as CPU copies.

@@ -49,6 +49,7 @@ class SteppedRun:
     def __init__(self, wb: Workbench, source: str):
         self.wb, self.source = wb, source
         self.report: CellReport | None = None
+        self._view = None  # the stepper view, made when the run is first displayed
         self.coordinator = Coordinator(wb.world_size, folder=wb.cluster_dir)
         wb.before_stop.append(self.stop)
         filename = cell_filename(source)
@@ -86,7 +87,7 @@ class SteppedRun:
         lines = []
         for state in self.ranks:
             waiting = self.waiting_on(state.rank)
-            lines.append(f"rank {state.rank}: {self.coordinator._describe(state)}"
+            lines.append(f"rank {state.rank}: {self.coordinator.describe(state)}"
                          + (f" [{waiting}]" if waiting else ""))
         if self.done:
             lines.append(f"the cell has ended on every rank after {len(self.order)} steps")
@@ -106,11 +107,25 @@ class SteppedRun:
     def __repr__(self) -> str:
         return f"{self.summary()}\n\n{self.transcript}"
 
-    def _repr_html_(self) -> str:
-        import html
+    # -- display -----------------------------------------------------------------------------------------------
+    @property
+    def view(self):
+        """The stepper view of this run (:class:`~workbench.widgets.stepper_view.StepperView`), made once: what
+        displaying the run shows, redrawn after every step taken from Python too."""
+        if self._view is None:
+            from .widgets.stepper_view import StepperView
 
-        return (f"<pre class='iris-step-summary'>{html.escape(self.summary())}</pre>"
-                + (self.transcript.html() if len(self.transcript) else "<p>(no step taken yet)</p>"))
+            # The view reads a kernel's source from linecache, under the file name the ranks gave it.
+            engine.register_source(self.source, cell_filename(self.source))
+            self._view = StepperView(self)
+        return self._view
+
+    def _ipython_display_(self) -> None:
+        self.view._ipython_display_()
+
+    def _redraw(self) -> None:
+        if self._view is not None:
+            self._view.redraw()
 
     # -- stepping ----------------------------------------------------------------------------------------------
     def step(self, rank: int):
@@ -152,6 +167,7 @@ class SteppedRun:
         if not self.done:
             self.coordinator.stop(reason)
             self._finish(STOP_SECONDS)
+            self._redraw()
         return self.report
 
     # -- inside ------------------------------------------------------------------------------------------------
@@ -164,6 +180,7 @@ class SteppedRun:
         """Once every rank has ended, collect the cell's report (and free the socket)."""
         if self.coordinator.done and not self.done:
             self._finish(STOP_SECONDS)
+        self._redraw()
         return result
 
     def _settle(self, timeout: float) -> None:

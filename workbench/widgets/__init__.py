@@ -1,7 +1,7 @@
 """Widgets that show what every rank holds: :class:`BufferView`, :class:`HeapInspector`, :class:`RemoteView`; when
 each did what: :class:`TimelineView`; what the kernels moved: :class:`TrafficView`; who reaches whom:
 :class:`TopologyView`; and how fast, against the GPU's roofs: :class:`BenchView`, and one collective over sizes
-beside torch.distributed's: :class:`SweepView`.
+beside torch.distributed's: :class:`SweepView`; a stepped run, its ranks held between two steps: :class:`StepperView`.
 
 Each rank reduces its data before sending it (:mod:`.reduce`, called through :mod:`.probes`), so the
 notebook receives a few hundred kB per rank whatever the tensor's size; :mod:`.render` draws the PNGs,
@@ -24,7 +24,7 @@ import importlib
 
 _CLASSES = {"BufferView": ".buffer_view", "HeapInspector": ".heap_inspector", "RemoteView": ".remote_view",
             "TimelineView": ".timeline", "TrafficView": ".traffic_view", "BenchView": ".roofline_view",
-            "TopologyView": ".topology_view", "SweepView": ".sweep_view"}
+            "TopologyView": ".topology_view", "SweepView": ".sweep_view", "StepperView": ".stepper_view"}
 
 
 def __getattr__(name: str):

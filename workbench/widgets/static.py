@@ -44,7 +44,8 @@ class StaticForm:
     module's docstring), and :meth:`update_displays` redraws the twin after
     :mod:`~workbench.widgets.registry` refreshed the view.
 
-    A view defines :meth:`summary`, its ``text/plain``. Put the mixin before the widget class:
+    A view defines :meth:`summary`, its ``text/plain``, and may define :meth:`twin_text`, a longer text for the
+    twin (what an export to text keeps). Put the mixin before the widget class:
     ``class BufferView(StaticForm, widgets.VBox)``.
 
     Examples
@@ -62,6 +63,10 @@ class StaticForm:
         """One line saying what the view shows (its ``text/plain``)."""
         raise NotImplementedError
 
+    def twin_text(self) -> str | None:
+        """The twin's ``text/plain``, where a view has more to say as text than its one line (None: nothing)."""
+        return None
+
     def _repr_mimebundle_(self, **kwargs) -> dict:
         bundle = super()._repr_mimebundle_(**kwargs)
         return {**bundle, "text/plain": self.summary(), "text/html": static_html(self)}
@@ -74,25 +79,31 @@ class StaticForm:
             self.display_id = f"iris-view-{uuid.uuid4().hex}"
             self.children = (*self.children, twin_hider(self.display_id))
         bundle = self._repr_mimebundle_()
-        display(static_twin(bundle["text/html"], self.display_id), raw=True, display_id=self.display_id)
+        display(static_twin(bundle["text/html"], self.display_id, self.twin_text()), raw=True,
+                display_id=self.display_id)
         display({WIDGET_VIEW: bundle[WIDGET_VIEW], "text/plain": bundle["text/plain"]}, raw=True)
 
     def update_displays(self) -> None:
         """Send the twins of this view its current static HTML, so that what a saved notebook shows
         without a widget manager follows the widget; nothing when the view was never displayed on its own."""
         if self.display_id is not None:
-            update_display(static_twin(static_html(self), self.display_id), raw=True, display_id=self.display_id)
+            update_display(static_twin(static_html(self), self.display_id, self.twin_text()), raw=True,
+                           display_id=self.display_id)
 
 
-def static_twin(static: str, twin_class: str) -> dict:
-    """The output bundle of a view's twin: its static HTML in a ``div`` that :func:`twin_hider` can hide.
+def static_twin(static: str, twin_class: str, text: str | None = None) -> dict:
+    """The output bundle of a view's twin: its static HTML in a ``div`` that :func:`twin_hider` can hide, and
+    ``text`` as its ``text/plain`` when given.
 
     Examples
     --------
     >>> static_twin("<b>x</b>", "iris-view-1")
     {'text/html': '<div class="iris-static iris-view-1"><b>x</b></div>'}
     """
-    return {"text/html": f'<div class="iris-static {twin_class}">{static}</div>'}
+    bundle = {"text/html": f'<div class="iris-static {twin_class}">{static}</div>'}
+    if text is not None:
+        bundle["text/plain"] = text
+    return bundle
 
 
 def twin_hider(twin_class: str) -> widgets.HTML:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from iris.base.tables import html_table
+
 SHOWN = 4  # values per cell of the table
 
 
@@ -71,9 +73,11 @@ class Transcript:
         return self.text() if self.steps else "(no step taken)"
 
     def html(self) -> str:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows())
-        return f'<table class="iris-step-transcript"><tr>{head}</tr>{body}</table>'
+        """The table as HTML, each value under its header wherever it is shown (:func:`iris.base.tables.html_table`):
+        numbers right, words left; a table wider than its column scrolls in a box of its own."""
+        rows = [[html.escape(cell) for cell in row] for row in self.rows()]
+        return html_table([html.escape(h) for h in HEADER], rows, align="rrrlllll", css_class="iris-step-transcript",
+                          row_labels=False)
 
 
 def _index(target: dict) -> str:

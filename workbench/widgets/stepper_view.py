@@ -1,0 +1,465 @@
+"""StepperView: a stepped run (:class:`workbench.stepping.SteppedRun`) as one panel per rank, the heaps its steps
+touch, and the transcript of the steps taken; buttons take the next steps.
+
+A rank's panel shows the kernel's source around the line it is held at (that line marked), its program id, the
+operation and its target (``store to mailbox[0..3] of rank 1``), the values it will write or compare, the values
+there now, its state (held, in a host barrier, ended) and, for a rank that keeps reading the same values, what it
+waits for and who could release it. Under the panels, every heap that a step taken or a held operation targets, on
+each rank it targets, drawn as :class:`~workbench.widgets.BufferView` draws a buffer (one colour scale per name,
+what the last step changed in red, a table of values for small tensors). Under them, the transcript, growing.
+
+Every action (a button here, or a method of the run called from Python) redraws the view and its static form
+(:mod:`.static`): an export shows the transcript and each rank's state as of the last step. An action that fails
+(a rank that cannot step, a timeout, an order that diverged) says why in the view, above the panels; the view is
+redrawn all the same, never left as it was before the click.
+
+Examples
+--------
+>>> run = workbench.step(MESSAGE_PASSING)          # doctest: +SKIP
+>>> view = StepperView(run)                         # what displaying the run shows  # doctest: +SKIP
+>>> view.panels[1].step.click()                     # rank 1 takes a step  # doctest: +SKIP
+>>> view.panels[1].title.value                      # doctest: +SKIP
+'<b>rank 1</b> · held before tl.atomic_cas (atomic_cas) at line 14'
+"""
+
+from __future__ import annotations
+
+import html
+import linecache
+import uuid
+from pathlib import Path
+
+import ipywidgets as widgets
+import torch
+
+from . import panels, reduce, render
+from .static import StaticForm
+
+CONTEXT = 3  # source lines shown above and below the held line
+SHOWN = 8  # values shown of an operation's operands and of what is there now
+ORDER_FILE = "stepped.order.json"
+HELD_LINE = "background:#fff2a8"  # the line a rank is held at
+NUMBERS = "8ch"  # the marker and line number before a source line
+WAITING = "color:#a55a00"
+PANEL_WIDTH = "470px"  # two ranks side by side in JupyterLab's output column (long source lines wrap)
+TEXT = "line-height:1.4"  # lines of text, not the height of a widget's row that ipywidgets gives an HTML widget
+ERROR = "color:#b00"
+
+
+class StepperView(StaticForm, widgets.VBox):
+    """A stepped run, with controls to step it (see the module docstring).
+
+    Parameters
+    ----------
+    run : workbench.stepping.SteppedRun
+        The run to show and step (its ``ranks``, ``transcript``, ``step``, ``values``...). A kernel's source is read
+        from ``linecache`` under the file name the ranks report: a file's, or a cell's that the workbench registered
+        there as the ranks do (see :func:`workbench.engine.register_source`).
+
+    Attributes
+    ----------
+    panels : list of RankStepPanel
+        One per rank, each with its ``step`` button.
+    message : ipywidgets.HTML
+        What the last action said when it failed (or where it saved the order); empty otherwise.
+    heap_rows : dict of str to HeapRow
+        The heaps drawn, by allocation name.
+
+    Examples
+    --------
+    >>> view = StepperView(run)                                           # doctest: +SKIP
+    >>> view.step_each.click(); view.summary()                            # doctest: +SKIP
+    'stepped run on 2 ranks, 2 steps taken: rank 0 held before iris.store (store) at line 9, rank 1 held ...'
+    """
+
+    def __init__(self, run):
+        self.run = run
+        self.token = f"stepper-view-{uuid.uuid4().hex}"  # this view's previous heap snapshots (diff marks)
+        self.heaps_shown: dict[str, set[int]] = {}  # allocation name -> the ranks whose copy is drawn, kept once seen
+        self.heap_rows: dict[str, HeapRow] = {}  # allocation name -> its copies drawn
+        self.last_values: dict[tuple[str, int], torch.Tensor | str] = {}  # each heap at the last redraw
+        self._read_at_end = False  # the heaps were read once the cell had ended: they change no more
+        self._acting = False
+
+        self.header = widgets.HTML()
+        self.message = widgets.HTML()
+        self.step_each = _button("step every rank once", "every held rank takes one step, in rank order")
+        self.run_all = _button("run all to the end", "the held ranks take turns until every rank has ended")
+        self.stop = _button("stop", "end the run now: every held rank's kernel raises SteppingStopped",
+                            style="danger")
+        self.order_file = widgets.Text(value=ORDER_FILE, description="order file",
+                                       layout=widgets.Layout(width="280px"))
+        self.save = _button("save the order", "write the steps taken so far to the order file, to replay later")
+        self.replay = _button("replay the order", "take the steps of the order file, from where the ranks are now")
+        self.step_each.on_click(lambda _: self._act(self.run.step_each))
+        self.run_all.on_click(lambda _: self._act(self.run.run_to_end))
+        self.stop.on_click(lambda _: self._act(self.run.stop))
+        self.save.on_click(lambda _: self._act(self._save_order))
+        self.replay.on_click(lambda _: self._act(self._replay_order))
+        controls = widgets.HBox([self.step_each, self.run_all, self.stop, self.order_file, self.save, self.replay],
+                                layout=widgets.Layout(flex_flow="row wrap"))
+
+        self.panels = [RankStepPanel(rank, len(run.ranks), self._act, run) for rank in range(len(run.ranks))]
+        rank_row = widgets.HBox(self.panels, layout=widgets.Layout(flex_flow="row wrap"))
+        self.heaps = widgets.VBox()
+        self.transcript = widgets.HTML()
+        super().__init__([self.header, self.message, controls, rank_row, self.heaps, self.transcript])
+        self.add_class("iris-stepper-view")
+        self.redraw()
+
+    # -- what a display shows ---------------------------------------------------------------------------------------
+    def summary(self) -> str:
+        """One line: the run and where each rank is (the widget output's ``text/plain``)."""
+        states = ", ".join(f"rank {s.rank} {state_phrase(s)}" for s in self.run.ranks)
+        return f"stepped run on {len(self.run.ranks)} ranks, {_steps(len(self.run.transcript))} taken: {states}"
+
+    def twin_text(self) -> str:
+        """The static form's ``text/plain``: where every rank is, then the transcript as a Markdown table (what a
+        text export of the notebook keeps)."""
+        return f"{self.run.summary()}\n\n{self.run.transcript}"
+
+    # -- acting -----------------------------------------------------------------------------------------------------
+    def _act(self, action) -> None:
+        """Do ``action`` (a step, a run, a save), then redraw; a failure is said in the view, not raised: a button's
+        exception would reach only the kernel's log, and the view would stay as it was."""
+        self._acting = True
+        self.message.value = ""
+        try:
+            said = action()
+            if isinstance(said, str):
+                self.message.value = f"<span>{html.escape(said)}</span>"
+        except Exception as exc:  # every failure: a step refused, a timeout, OrderDiverged, a file not written
+            self.message.value = f"<pre style='{ERROR};white-space:pre-wrap'>{html.escape(_error(exc))}</pre>"
+        finally:
+            self._acting = False
+            self.redraw()
+
+    def _save_order(self) -> str:
+        path = self.run.order.save(self._order_path())
+        return f"saved the order ({_steps(len(self.run.order))}) to {path.resolve()}"
+
+    def _replay_order(self) -> str:
+        before = len(self.run.transcript)
+        self.run.replay(self._order_path())
+        return f"replayed {self._order_path()}: {_steps(len(self.run.transcript) - before)} taken"
+
+    def _order_path(self) -> Path:
+        return Path(self.order_file.value.strip() or ORDER_FILE)
+
+    # -- drawing ----------------------------------------------------------------------------------------------------
+    def redraw(self) -> None:
+        """Draw where every rank is, the heaps and the transcript now, and send the static form to the view's
+        outputs. The run calls it after every step taken from Python; during a button's action, the action's
+        end redraws once."""
+        if self._acting:
+            return
+        run = self.run
+        self.header.value = self._header()
+        for control in (self.step_each, self.run_all, self.stop, self.replay):
+            control.disabled = run.done
+        self._grow_heaps()
+        values = self._read_heaps()
+        for panel in self.panels:
+            panel.draw(run, values)
+        self._draw_heaps(values)
+        self.transcript.value = ("<b>transcript</b>" + run.transcript.html() if len(run.transcript)
+                                 else "<i>no step taken yet</i>")
+        self.update_displays()
+
+    def _header(self) -> str:
+        run = self.run
+        text = f"<b>stepped run</b> on {len(run.ranks)} ranks · {_steps(len(run.transcript))} taken"
+        if run.done:
+            text += " · the cell has ended on every rank"
+            report = run.report.render()
+            outputs = "".join(f"[rank {rank}] {line}\n" for rank, result in sorted(run.report.results.items())
+                              for line in result.stdout.splitlines())
+            text += f"<pre style='margin:4px 0'>{html.escape(report)}\n{html.escape(outputs)}</pre>"
+        return text
+
+    def _grow_heaps(self) -> None:
+        """Add the heaps the steps taken and the held operations target (a run to the end steps past operations
+        that were never drawn held); a heap once shown stays, so the panels do not jump about."""
+        operations = [step.operation for step in self.run.transcript.steps]
+        operations += [state.operation for state in self.run.ranks if state.state == "paused"]
+        for operation in operations:
+            for target in operation["targets"]:
+                if "allocation" in target:  # inside a named allocation (not a bare heap offset)
+                    self.heaps_shown.setdefault(target["name"], set()).add(target["rank"])
+
+    def _read_heaps(self) -> dict[tuple[str, int], torch.Tensor | str]:
+        """Each heap shown, read now: a tensor, or why it could not be read. Once the cell has ended no gate is
+        left to read through: the ranks' variables of those names are read instead (named allocations are named
+        after them), else what the heap held at the last step."""
+        if self.run.done and self._read_at_end:
+            return dict(self.last_values)
+        values: dict[tuple[str, int], torch.Tensor | str] = {}
+        for name, ranks in self.heaps_shown.items():
+            pulled = None
+            for rank in sorted(ranks):
+                try:
+                    if not self.run.done:
+                        values[name, rank] = self.run.values(name, rank)
+                    else:
+                        pulled = pulled or self.run.wb.pull(name)
+                        values[name, rank] = pulled[rank].cpu()
+                except Exception as exc:  # a heap without a variable of its name, a cluster stopping
+                    values[name, rank] = self.last_values.get((name, rank), _error(exc))
+                self.last_values[name, rank] = values[name, rank]
+        self._read_at_end = self.run.done
+        return values
+
+    def _draw_heaps(self, values) -> None:
+        """Each heap shown, in the widgets made for it the first time (a redraw per step makes no new widgets)."""
+        for name, ranks in self.heaps_shown.items():
+            if name not in self.heap_rows:
+                self.heap_rows[name] = HeapRow(name)
+            self.heap_rows[name].draw(sorted(ranks), values, self.token, self._held_at)
+        if self.heaps_shown and not self.heaps.children:
+            self.heaps.children = [widgets.HTML("<b>the heaps the steps touch</b> (red: changed since the last "
+                                                "redraw, that is by the last step or run)"),
+                                   widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))]
+        if self.heaps.children:
+            self.heaps.children[1].children = list(self.heap_rows.values())
+
+    def _held_at(self, name: str, heap_rank: int) -> list[str]:
+        """Which held ranks' next operation targets ``name`` on ``heap_rank``, in words."""
+        said = []
+        for state in self.run.ranks:
+            if state.state == "paused":
+                for target in state.operation["targets"]:
+                    if target.get("name") == name and target["rank"] == heap_rank:
+                        said.append(f"rank {state.rank} is held before {html.escape(state.operation['label'])} of "
+                                    f"{html.escape(element_phrase(target))}")
+        return said
+
+
+class HeapRow(widgets.VBox):
+    """One allocation's copies on the ranks a stepped run touches, on one colour scale, as a BufferView draws a
+    buffer: a :class:`~workbench.widgets.panels.RankPanel` per rank, then the values table of a small tensor.
+
+    Examples
+    --------
+    >>> row = HeapRow("mailbox")                                             # doctest: +SKIP
+    >>> row.draw([1], {("mailbox", 1): torch.zeros(4)}, "view-1", lambda name, rank: [])   # doctest: +SKIP
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self.pictures: dict[int, panels.RankPanel] = {}
+        self.row = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
+        self.table = widgets.HTML()
+        super().__init__([self.row, self.table], layout=widgets.Layout(margin="0 16px 8px 0"))
+
+    def draw(self, ranks: list[int], values, token: str, held_at) -> None:
+        """Draw the copies on ``ranks`` from ``values`` (a tensor, or why there is none); ``token`` keys the
+        previous snapshots (what changed is red); ``held_at(name, rank)`` says which held ranks target a copy."""
+        snapshots = []
+        for rank in ranks:
+            value = values[self.name, rank]
+            if isinstance(value, str):
+                snapshots.append({"status": "error", "rank": rank, "message": value})
+            else:
+                snapshot = reduce.summarize_tensor(value, f"{token}-{self.name}-{rank}", 256, 0)
+                snapshots.append({"status": "ok", "rank": rank, **snapshot})
+        data = {s["rank"]: panels.displayed(s, "mean") for s in snapshots if s["status"] == "ok"}
+        vmin, vmax = render.scale(list(data.values()))
+        for snapshot in snapshots:
+            rank = snapshot["rank"]
+            if rank not in self.pictures:
+                self.pictures[rank] = panels.RankPanel(rank, title=f"{self.name} on rank {rank}")
+            if snapshot["status"] != "ok":
+                self.pictures[rank].show_message(html.escape(snapshot["message"]))
+                continue
+            png = panels.picture(snapshot, data[rank], vmin, vmax, snapshot["changed"])
+            lines = [panels.stats_line(snapshot), panels.change_line(snapshot), *held_at(self.name, rank)]
+            self.pictures[rank].show(png, f"<div style='{TEXT}'>{'<br>'.join(lines)}</div>")
+        self.row.children = [self.pictures[rank] for rank in ranks]
+        self.table.value = panels.values_table(snapshots, mark_changes=True)
+
+
+class RankStepPanel(widgets.VBox):
+    """One rank of a stepped run: title (state), source around the held line, what it is about to do, and its
+    controls (step; run until its next access to a given rank, or until a given line).
+
+    Parameters
+    ----------
+    rank, world : int
+    act : callable
+        The view's ``_act``: runs an action and redraws.
+    run : workbench.stepping.SteppedRun
+
+    Examples
+    --------
+    >>> panel = view.panels[0]                     # doctest: +SKIP
+    >>> panel.until.value = "rank 1"; panel.run_until.click()   # doctest: +SKIP
+    """
+
+    def __init__(self, rank: int, world: int, act, run):
+        self.rank = rank
+        self.title = widgets.HTML()
+        self.source = widgets.HTML()
+        self.details = widgets.HTML()
+        self.step = _button(f"step rank {rank}", f"rank {rank} takes its next step")
+        self.run_until = _button(f"run rank {rank} until", f"step rank {rank} until the point chosen beside")
+        choices = [(f"its next access to rank {r}'s heap", f"rank {r}") for r in range(world)]
+        self.until = widgets.Dropdown(options=[*choices, ("line (below)", "line")], value="rank 0" if world else None,
+                                      layout=widgets.Layout(width="250px"))
+        self.line = widgets.IntText(value=1, description="line", layout=widgets.Layout(width="130px"))
+        self.step.on_click(lambda _: act(lambda: run.step(rank)))
+        self.run_until.on_click(lambda _: act(lambda: self._run_until(run)))
+        controls = widgets.VBox([self.step, widgets.HBox([self.run_until, self.until]), self.line],
+                                layout=widgets.Layout(align_items="flex-start"))
+        super().__init__([self.title, self.source, self.details, controls],
+                         layout=widgets.Layout(margin="0 12px 12px 0", padding="4px 8px", width=PANEL_WIDTH,
+                                               max_width="100%", border="1px solid #ddd"))
+        self.add_class("iris-stepper-rank")
+
+    def target(self) -> dict:
+        """The point chosen for ``run until``, as ``run.run``'s keyword arguments."""
+        if self.until.value == "line":
+            return {"until_line": int(self.line.value)}
+        return {"until_rank": int(self.until.value.split()[1])}
+
+    def _run_until(self, run) -> str:
+        taken = run.run(self.rank, **self.target())
+        return f"rank {self.rank} took {_steps(taken)}; it is {state_phrase(run.ranks[self.rank])}"
+
+    def draw(self, run, values) -> None:
+        state = run.ranks[self.rank]
+        said = state_phrase(state)
+        result = run.report.results.get(self.rank) if run.done else None
+        if result is not None and result.status != "ok":  # its gate saw the end of the cell, which had raised
+            said = f"ended: {result.label} ({result.error['type'] if result.error else 'no error reported'})"
+        self.title.value = f"<b>rank {self.rank}</b> · {html.escape(said)}"
+        for control in (self.step, self.run_until):
+            control.disabled = not state.held
+        operation = state.operation if state.held else None
+        self.source.value = source_html(operation) if operation else ""
+        lines = []
+        if state.state == "paused":
+            lines += operation_lines(operation, values)
+        waiting = run.waiting_on(self.rank)
+        if waiting:
+            lines.append(f"<span style='{WAITING}'>⏳ {html.escape(waiting)}</span>")
+        self.details.value = f"<div style='{TEXT}'>{'<br>'.join(lines)}</div>" if lines else ""
+
+
+# -- words and source ---------------------------------------------------------------------------------------------
+
+def state_phrase(state) -> str:
+    """Where a rank is, in words: ``held before iris.store (store) at line 9``, ``in a host barrier ...``, ``ended
+    ...``.
+
+    Examples
+    --------
+    >>> from iris.instruments.stepping import RankState
+    >>> state_phrase(RankState(0, "in barrier"))
+    'in a host barrier, waiting for the other ranks'
+    """
+    operation = state.operation or {}
+    return {
+        "paused": lambda: f"held before {operation.get('label')} ({operation.get('kind')}) at line "
+                          f"{operation.get('line')}",
+        "barrier": lambda: f"held before a host barrier (ctx.barrier) at line {operation.get('line')}",
+        "in barrier": lambda: "in a host barrier, waiting for the other ranks",
+        "running": lambda: "running to its next heap access",
+        "finished": lambda: "ended: at the end of its cell",
+        "failed": lambda: f"ended: failed ({state.error})",
+        "gone": lambda: "ended: its connection closed",
+        "connecting": lambda: "not connected yet",
+    }[state.state]()
+
+
+def element_phrase(target: dict) -> str:
+    """The elements an operation touches: ``mailbox[0..3] of rank 1``, ``flag[0] of rank 1``, ``tile[2, 0] and 15
+    more of rank 0``.
+
+    Examples
+    --------
+    >>> element_phrase({"name": "mailbox", "rank": 1, "first": [0], "count": 4, "shape": [4], "nbytes": 16,
+    ...                 "dtype": "float32"})
+    'mailbox[0..3] of rank 1'
+    """
+    first, count = list(target.get("first") or []), target["count"]
+    name, where = target["name"], f" of rank {target['rank']}"
+    if not first:
+        return name + where
+    itemsize = getattr(torch, target["dtype"]).itemsize if "dtype" in target else None
+    if len(first) == 1 and count > 1 and target.get("nbytes") == count * itemsize:  # one run of elements
+        return f"{name}[{first[0]}..{first[0] + count - 1}]{where}"
+    more = f" and {count - 1} more" if count > 1 else ""
+    return f"{name}[{', '.join(map(str, first))}]{more}{where}"
+
+
+def operation_lines(operation: dict, values) -> list[str]:
+    """What a held rank is about to do, as HTML lines: program, operation and target, operands, values there now."""
+    verb = {"load": "from", "store": "to"}.get(operation["kind"], "on")
+    targets = ", ".join(element_phrase(t) for t in operation["targets"]) or "no heap"
+    lines = [f"program {tuple(operation['program'])}",
+             f"<b>{html.escape(operation['label'])}</b>: {html.escape(operation['kind'])} {verb} "
+             f"<b>{html.escape(targets)}</b>"]
+    if "compare" in operation:
+        lines.append(f"compares with {_values(operation['compare'])}, writes {_values(operation.get('value'))} "
+                     "where equal")
+    elif "value" in operation:
+        lines.append(f"writes {_values(operation['value'])}" if operation["kind"] == "store"
+                     else f"{operation['kind'].removeprefix('atomic_')} with {_values(operation['value'])}")
+    for target in operation["targets"]:
+        now = _there_now(target, values)
+        lines.append(f"there now: {_values(now if now is not None else operation.get('before'))}")
+    return lines
+
+
+def source_html(operation: dict) -> str:
+    """The source around the line ``operation`` is held at, numbered, that line marked; the line alone when the
+    file's text is not on this machine (a kernel defined in another cell)."""
+    file, line = operation.get("file", ""), operation["line"]
+    lines = linecache.getlines(file)
+    if not lines:
+        shown = [(line, operation.get("source", ""))]
+        where = f"{html.escape(file)} (only the held line: its file's text is on the ranks)"
+    else:
+        low, high = max(1, line - CONTEXT), min(len(lines), line + CONTEXT)
+        shown = [(n, lines[n - 1].rstrip("\n")) for n in range(low, high + 1)]
+        where = "its cell" if file.startswith("<") else html.escape(file)  # "<iris-cell-...>": not a file
+    rows = []
+    for number, text in shown:
+        held = number == line
+        # A long line wraps under its text, not under its number: nothing is cut off, nothing scrolls.
+        style = f"white-space:pre-wrap;padding-left:{NUMBERS};text-indent:-{NUMBERS}" + (f";{HELD_LINE}" if held
+                                                                                           else "")
+        rows.append(f"<div style='{style}'>{'▶' if held else ' '} {number:4d}  {html.escape(text)}</div>")
+    kernel = operation.get("kernel")
+    caption = f"{'kernel ' + html.escape(kernel) + ', ' if kernel else ''}{where}, line {line}"
+    return (f"<div style='font-size:11px;color:#555'>{caption}</div>"
+            f"<div style='font-family:monospace;font-size:12px;line-height:1.35'>{''.join(rows)}</div>")
+
+
+def _there_now(target: dict, values) -> list | None:
+    """The values at ``target``'s elements now (from the heaps read for the drawing), or None if not read."""
+    tensor = values.get((target.get("name"), target["rank"]))
+    if not isinstance(tensor, torch.Tensor) or "allocation" not in target:
+        return None
+    start = (target["offset"] - target["allocation"]) // tensor.element_size()
+    return tensor.flatten()[start:start + max(1, target["nbytes"] // tensor.element_size())][:SHOWN].tolist()
+
+
+def _values(values) -> str:
+    if values is None:
+        return "-"
+    shown = ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in values[:SHOWN])
+    return shown + (", ..." if len(values) > SHOWN else "")
+
+
+def _steps(count: int) -> str:
+    return f"{count} step{'s' * (count != 1)}"
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _button(description: str, tooltip: str, style: str = "") -> widgets.Button:
+    return widgets.Button(description=description, tooltip=tooltip, button_style=style,
+                          layout=widgets.Layout(width="auto"))
