@@ -19,13 +19,14 @@ each program computes tiles with ``tl.dot`` and hands each finished tile to a ti
 * **atomic**: the fp32 tile is added into every rank's (zeroed) ``out`` with bf16 atomics;
 * **gemm**: the same kernel storing its tile with no communication (what the epilogues cost on top of it).
 
-Before each call the flags (or, for atomic, ``out``) are zeroed and a device barrier makes sure no peer still reads
-the staging buffer of the call before. Timed as CUDA-graph replays (:func:`benchmarks.fused_ops.rotated_medians`:
-median of rotated rounds, the slowest rank's), against G (``torch.matmul`` alone), S (``torch.matmul`` then NCCL's
-all_reduce) and ``ctx.ops.matmul_all_reduce``. Checked first against torch (every rank regenerates the others'
-operands from their seeds): the largest error against the exact (fp32) sum of the products may be at most twice
-that of torch's bf16 matmuls summed, and the ranks' ``out`` must agree bit for bit for one_shot and two_shot
-(they add in rank order). The table goes to benchmarks/RESULTS.md.
+Before each call a device barrier makes sure no peer still polls the flags or reads the staging buffer of the call
+before, then the flags (or, for atomic, ``out``) are zeroed and a second device barrier starts the call. Timed as
+CUDA-graph replays (:func:`benchmarks.fused_ops.rotated_medians`: median of rotated rounds, the slowest rank's),
+against G (``torch.matmul`` alone), S (``torch.matmul`` then NCCL's all_reduce) and ``ctx.ops.matmul_all_reduce``.
+Checked first against torch (every rank regenerates the others' operands from their seeds): the largest error
+against the exact (fp32) sum of the products may be at most twice that of torch's bf16 matmuls summed, and the
+ranks' ``out`` must agree bit for bit for one_shot and two_shot (they add in rank order). The table goes to
+benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -123,8 +124,12 @@ class TileAllReduce:
 
     def __call__(self, variant: str) -> None:
         ctx, A, B, out = self.ctx, self.A, self.B, self.out
+        # Zero only once every peer's last kernel is done: after one_shot (no closing barrier) a slow peer may still
+        # poll a lock here, and zeroed before it saw the 1 it would wait forever. Then launch only once every rank
+        # has zeroed, or a peer could take a lock still at 1 from the last call for this one's.
+        ctx.device_barrier()  # no peer still polls these locks or reads the staging buffer of the call before
         (out if variant == "atomic" else self.locks).zero_()
-        ctx.device_barrier()  # zeroed everywhere; no peer still reads the staging buffer of the call before
+        ctx.device_barrier()  # zeroed everywhere
         block_m, block_n, block_k = self.block
         gemm_all_reduce[(self.programs,)](
             A, B, out, self.staging, self.locks, A.shape[0], B.shape[1], A.shape[1], *A.stride(), *B.stride(),

@@ -227,8 +227,10 @@ def all_reduce_one_shot(ctx, tile, src_view, dst_view, locks):
 
     Before the call each rank writes its tile (``tile.data``) into its ``src`` and sets its ``locks[tile_id]`` to 1
     with a release at ``scope="sys"`` (after a ``tl.debug_barrier()``); this waits for each peer's lock to read
-    1 (acquire) and reads its ``src`` tile. ``dst`` is complete on return. The locks stay at 1: reset them, and
-    make sure no peer still reads ``src``, before the next use (e.g. a device barrier).
+    1 (acquire) and reads its ``src`` tile. ``dst`` is complete on return. The locks stay at 1. Before the next use,
+    wait until no peer still polls them or reads ``src`` (a device barrier), then reset them, then meet again (a
+    second barrier) before any rank publishes: a lock reset while a slow peer still waits for its 1 would keep that
+    peer waiting forever.
     """
     _check_data(tile.data.shape, tile.block_m, tile.block_n)
     dst_ptrs, mask = dst_view.tile_ptr(tile)
