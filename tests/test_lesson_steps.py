@@ -29,7 +29,7 @@ def test_each_benchmark_finds_its_lessons_module(tmp_path, notebook, module, nam
 
 
 def test_lesson_function_takes_one_definition_from_any_depth_or_says_why():
-    # all_to_all_moe is defined inside the timing cell's `if`; layer_weights in an %%iris_kernel cell
+    # all_to_all_moe is defined inside the timing cell's `if`; layer_weights in the %%writefile moe_gate.py cell
     assert lesson_function(NOTEBOOKS / "11_moe_dispatch_combine.ipynb", "all_to_all_moe", {}).__name__ == \
         "all_to_all_moe"
     with pytest.raises(ValueError, match="0 definitions of no_such_function"):
