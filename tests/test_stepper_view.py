@@ -120,7 +120,7 @@ def test_buttons_step_the_ranks_and_the_panels_heaps_and_transcript_follow(run, 
     view.run_all.click()
     assert run.done and view.message.value == ""
     assert all("ended: at the end of its cell" in p.title.value for p in view.panels)
-    assert "the cell has ended on every rank" in view.header.value and view.step_each.disabled
+    assert "the cell has ended on every rank, after 12 steps" in view.header.value and view.step_each.disabled
     assert heap_titles(view) == ["mailbox on rank 1", "flag on rank 1", "received on rank 1"]
     assert ">42.5<" in view.heap_rows["received"].table.value  # read from the ranks' variables once the cell ended
     assert transcript_rows(view.transcript.value) == STEPS_TO_THE_END
@@ -151,8 +151,11 @@ def test_what_cannot_be_done_is_said_in_the_view_which_is_redrawn_all_the_same(r
     assert "held before tl.atomic_cas" in view.panels[1].title.value and transcript_rows(view.transcript.value) == 2
 
     view.stop.click()
-    assert run.done and all("ended: error (SteppingStopped)" in p.title.value for p in view.panels)
-    assert "SteppingStopped" in view.header.value
+    assert run.done and all("stopped part way" in p.title.value for p in view.panels)
+    assert "stopped part way, where it was held: before tl.atomic_cas at line 14" in view.panels[1].title.value
+    assert "▶   14      while tl.atomic_cas" in view.panels[1].source.value  # where it was, still to read
+    assert "stopped part way, after 2 steps: no rank is left held" in view.header.value
+    assert "Traceback" not in view.header.value  # the stop is said in a line, not as every rank's traceback
 
 
 def test_a_kernel_defined_in_an_earlier_cell_is_shown_with_its_source(wb):
@@ -184,11 +187,12 @@ def test_the_static_form_follows_steps_taken_from_python(run, monkeypatch):
     bundle, where = updated[-1]
     assert where["display_id"] == run.view.display_id
     assert transcript_rows(bundle["text/html"]) == 3 and "tl.atomic_cas (atomic_cas)" in bundle["text/html"]
-    assert "rank 1: held before tl.atomic_cas at line 14" in bundle["text/plain"]
+    assert "rank 1: held before tl.atomic_cas (atomic_cas) at line 14" in bundle["text/plain"]
     assert "|    2 |    1 | 14   | tl.atomic_cas (atomic_cas)" in bundle["text/plain"]
 
     run.stop()
-    assert "ended: error (SteppingStopped)" in updated[-1][0]["text/html"]
+    assert "stopped part way" in updated[-1][0]["text/html"]
+    assert "stopped part way, after 3 steps: no rank is left held" in updated[-1][0]["text/plain"]
 
 
 def test_an_exported_notebook_shows_the_transcript_as_a_table_in_html_and_text(tmp_path):
@@ -212,7 +216,7 @@ def test_an_exported_notebook_shows_the_transcript_as_a_table_in_html_and_text(t
     assert len(tables) == 1 and tables[0].count("<tr>") - 1 == steps, tables
     assert re.search(r">iris\.atomic_xchg \(atomic_xchg\)</td><td[^>]*>flag\[0\] of rank 1</td>", tables[0])
     stopped = notebook.cells[1].outputs[0]["data"]  # the magic's run, stopped by the next cell's
-    assert "no step taken yet" in stopped["text/html"] and "ended: error (SteppingStopped)" in stopped["text/html"]
+    assert "no step taken yet" in stopped["text/html"] and "stopped part way, after 0 steps" in stopped["text/html"]
 
     markdown, _ = MarkdownExporter().from_notebook_node(notebook)  # HTML first, as the HTML export
     assert len(re.findall(TRANSCRIPT, markdown, re.S)) == 1
@@ -220,7 +224,7 @@ def test_an_exported_notebook_shows_the_transcript_as_a_table_in_html_and_text(t
     text = stepped[0]["data"]["text/plain"]  # what a frontend without HTML shows: a terminal
     assert "| step | rank | line | operation" in text, text
     assert re.search(r"\|\s+12 \|\s+1 \| 24\s+\| ctx\.barrier \(host barrier\)", text), text
-    assert f"the cell has ended on every rank after {steps} steps" in text
+    assert f"the cell has ended on every rank, after {steps} steps" in text
 
 
 def test_a_click_in_jupyterlab_moves_the_rank_to_its_next_line(tmp_path):

@@ -110,13 +110,19 @@ class StepperView(StaticForm, widgets.VBox):
     # -- what a display shows ---------------------------------------------------------------------------------------
     def summary(self) -> str:
         """One line: the run and where each rank is (the widget output's ``text/plain``)."""
-        states = ", ".join(f"rank {s.rank} {state_phrase(s)}" for s in self.run.ranks)
+        states = ", ".join(f"rank {s.rank} {rank_phrase(self.run, s)}" for s in self.run.ranks)
         return f"stepped run on {len(self.run.ranks)} ranks, {_steps(len(self.run.transcript))} taken: {states}"
 
     def twin_text(self) -> str:
-        """The static form's ``text/plain``: where every rank is, then the transcript as a Markdown table (what a
-        text export of the notebook keeps)."""
-        return f"{self.run.summary()}\n\n{self.run.transcript}"
+        """The static form's ``text/plain``: where every rank is (what it waits for), how the run ended, then the
+        transcript as a Markdown table (what a text export of the notebook keeps)."""
+        lines = []
+        for state in self.run.ranks:
+            waiting = self.run.waiting_on(state.rank)
+            lines.append(f"rank {state.rank}: {rank_phrase(self.run, state)}" + (f" ({waiting})" if waiting else ""))
+        if self.run.done:
+            lines.append(_ending(self.run))
+        return "\n".join(lines) + f"\n\n{self.run.transcript}"
 
     # -- acting -----------------------------------------------------------------------------------------------------
     def _act(self, action) -> None:
@@ -170,11 +176,13 @@ class StepperView(StaticForm, widgets.VBox):
         run = self.run
         text = f"<b>stepped run</b> on {len(run.ranks)} ranks · {_steps(len(run.transcript))} taken"
         if run.done:
-            text += " · the cell has ended on every rank"
-            report = run.report.render()
+            # A run stopped part way: every rank's error is the stop itself, said in a line, not its tracebacks.
+            report = "" if _stopped(run) else run.report.render() + "\n"
             outputs = "".join(f"[rank {rank}] {line}\n" for rank, result in sorted(run.report.results.items())
                               for line in result.stdout.splitlines())
-            text += f"<pre style='margin:4px 0'>{html.escape(report)}\n{html.escape(outputs)}</pre>"
+            text += f" · {html.escape(_ending(run))}"
+            if report or outputs:
+                text += f"<pre style='margin:4px 0;white-space:pre-wrap'>{html.escape(report + outputs)}</pre>"
         return text
 
     def _grow_heaps(self) -> None:
@@ -327,14 +335,11 @@ class RankStepPanel(widgets.VBox):
 
     def draw(self, run, values) -> None:
         state = run.ranks[self.rank]
-        said = state_phrase(state)
-        result = run.report.results.get(self.rank) if run.done else None
-        if result is not None and result.status != "ok":  # its gate saw the end of the cell, which had raised
-            said = f"ended: {result.label} ({result.error['type'] if result.error else 'no error reported'})"
-        self.title.value = f"<b>rank {self.rank}</b> · {html.escape(said)}"
+        self.title.value = f"<b>rank {self.rank}</b> · {html.escape(rank_phrase(run, state))}"
         for control in (self.step, self.run_until):
             control.disabled = not state.held
-        operation = state.operation if state.held else None
+        # where it is held, or where it was held when the run was stopped
+        operation = state.operation if state.held or stopped_part_way(run, state) else None
         self.source.value = source_html(operation) if operation else ""
         lines = []
         if state.state == "paused":
@@ -346,6 +351,27 @@ class RankStepPanel(widgets.VBox):
 
 
 # -- words and source ---------------------------------------------------------------------------------------------
+
+def rank_phrase(run, state) -> str:
+    """Where a rank of ``run`` is (:func:`state_phrase`); once the cell has ended, how it ended as its report says
+    (its gate saw the end of the cell, whether the cell had raised or not), and where a run stopped part way held it.
+    """
+    result = run.report.results.get(state.rank) if run.done else None
+    if result is None or result.status == "ok":
+        return state_phrase(state)
+    if stopped_part_way(run, state):
+        if state.operation is None:
+            return "stopped part way"
+        where = state.operation.get("label", "a host barrier")
+        return f"stopped part way, where it was held: before {where} at line {state.operation['line']}"
+    return f"ended: {result.label} ({result.error['type'] if result.error else 'no error reported'})"
+
+
+def stopped_part_way(run, state) -> bool:
+    """Whether the rank's cell ended with the run's stop (``SteppingStopped``)."""
+    result = run.report.results.get(state.rank) if run.done else None
+    return bool(result and result.error and result.error["type"] == "SteppingStopped")
+
 
 def state_phrase(state) -> str:
     """Where a rank is, in words: ``held before iris.store (store) at line 9``, ``in a host barrier ...``, ``ended
@@ -450,6 +476,18 @@ def _values(values) -> str:
         return "-"
     shown = ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in values[:SHOWN])
     return shown + (", ..." if len(values) > SHOWN else "")
+
+
+def _stopped(run) -> bool:
+    """Whether the run was stopped part way: every rank that did not end well ended by the stop."""
+    failed = [state for state in run.ranks if run.report.results[state.rank].status != "ok"]
+    return bool(failed) and all(stopped_part_way(run, state) for state in failed)
+
+
+def _ending(run) -> str:
+    if _stopped(run):
+        return f"stopped part way, after {_steps(len(run.transcript))}: no rank is left held"
+    return f"the cell has ended on every rank, after {_steps(len(run.transcript))}"
 
 
 def _steps(count: int) -> str:
