@@ -1,8 +1,8 @@
 """The tutorials run top to bottom, as a newcomer would run them: a real Jupyter kernel, the backend iris picks.
 
-Each lesson runs both ways in one kernel (:func:`workbench.exercises.execute_lesson`): its exercise's check as the
+Each lesson runs both ways in one kernel (:func:`workbench.exercises.execute_lesson`): each exercise's check as the
 student gets it (right after the skeleton: the check fails, saying what it expected and where to look), then every
-stored cell in order as ``nbconvert --execute`` runs them (the solution cell runs the solution: every cell passes).
+stored cell in order as ``nbconvert --execute`` runs them (each solution cell runs its solution: every cell passes).
 Running the student's way costs one check more, not a second run of the lesson. The executed lesson is kept in
 ``.cache/executed/<stem>.ipynb`` for the docs build, which then does not run it again (the hand-off H15 and H16
 agreed on).
@@ -44,40 +44,47 @@ def test_stored_without_outputs(path):
     assert not [c for c in cells if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count"))]
 
 
+def exercise_keys(path, count: int) -> list[str]:
+    """The keys of a lesson's exercises: its number, then its number and b, c... (``03``, ``03b``)."""
+    return [path.name[:2] + letter for letter in ["", *"bcdefgh"][:count]]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_exercise_is_a_skeleton_and_its_solution_is_out_of_sight(path):
     """The part to write is marked; the solution is in notebooks/solutions/, not in the lesson, and the cell
-    that shows it is folded on the docs site (myst-nb's hide-output)."""
+    that shows it is folded on the docs site (myst-nb's hide-output). The same for each exercise of a lesson."""
     notebook = nbformat.read(path, as_version=4)
-    skeleton_at, solution_at, _ = exercise_cells(notebook)
-    skeleton = notebook.cells[skeleton_at]
-    assert "# YOUR CODE HERE" in skeleton.source
-    key = path.name[:2]
-    assert notebook.cells[solution_at].source == f"%iris solution {key}"
-    assert "hide-output" in notebook.cells[solution_at].metadata["tags"]
-    solution = solution_source(key)
-    assert solution.startswith("%%iris_kernel") and solution.strip() != skeleton.source.strip()
+    exercises = exercise_cells(notebook)
+    for key, (skeleton_at, solution_at, _) in zip(exercise_keys(path, len(exercises)), exercises, strict=True):
+        skeleton = notebook.cells[skeleton_at]
+        assert "# YOUR CODE HERE" in skeleton.source
+        assert notebook.cells[solution_at].source == f"%iris solution {key}"
+        assert "hide-output" in notebook.cells[solution_at].metadata["tags"]
+        solution = solution_source(key)
+        assert "# YOUR CODE HERE" not in solution and solution.strip() != skeleton.source.strip()
+    assert solution_source(path.name[:2]).startswith("%%iris_kernel")  # the lesson's first: a kernel to write
     everything = "\n".join(cell.source for cell in notebook.cells)
     assert "One solution" not in everything and "one solution is below" not in everything.lower()
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_lesson_runs_top_to_bottom(path, tmp_path, no_heap_files_left_behind):
-    """Both ways: the student's check fails with its clear message, then everything passes with the solution in;
+    """Both ways: each student's check fails with its clear message, then everything passes with the solutions in;
     the executed lesson goes to .cache/executed/ only when all of that held (never a stale one)."""
     saved = EXECUTED / f"{path.stem}.ipynb"
     saved.unlink(missing_ok=True)
     try:
-        notebook, failure = execute_lesson(path, tmp_path)
+        notebook, failures = execute_lesson(path, tmp_path)
     except (nbclient.exceptions.CellExecutionError, LessonFailed) as error:
         pytest.fail(f"{path.name} failed:\n{error}", pytrace=False)
-    print(f"{path.name}: the student's check says:\n{failure}")  # shown with -s, and with a failure
-    key = path.name[:2]
-    first, *rest = failure.splitlines()
-    assert first.startswith(f"lesson {key}'s exercise is not solved yet: ") and "expected" in first, failure
-    assert rest[0].startswith("Read: ") and f"`%iris solution {key}`" in rest[1], failure
-    *_, check_at = exercise_cells(notebook)
-    assert "exercise solved" in "".join(out.get("text", "") for out in notebook.cells[check_at].outputs)
+    exercises = exercise_cells(notebook)
+    assert len(failures) == len(exercises), failures
+    for key, failure, (_, _, check_at) in zip(exercise_keys(path, len(exercises)), failures, exercises, strict=True):
+        print(f"{path.name}: the student's check says:\n{failure}")  # shown with -s, and with a failure
+        first, *rest = failure.splitlines()
+        assert first.startswith(f"lesson {key}'s exercise is not solved yet: ") and "expected" in first, failure
+        assert rest[0].startswith("Read: ") and f"`%iris solution {key}`" in rest[1], failure
+        assert "exercise solved" in "".join(out.get("text", "") for out in notebook.cells[check_at].outputs)
     start = next(cell for cell in notebook.cells if cell.cell_type == "code" and "%iris start" in cell.source)
     summary = "".join(out.get("text", "") for out in start.outputs)  # the ranks' backend and device, in words
     assert "rank 0: alive; kernels run on the CPU (backend cpu: Triton's interpreter" in summary, summary
@@ -93,7 +100,7 @@ def test_student_run_all_stops_at_the_check_and_leaves_nothing_when_the_kernel_s
     cell shows the solution folded and runs nothing, so Run All stops at the check, with ExerciseNotSolved; the
     lesson's ``%iris stop`` never runs, and closing the notebook (its kernel shut down) still ends every rank."""
     notebook = nbformat.read(NOTEBOOKS[0], as_version=4)
-    _, solution_at, check_at = exercise_cells(notebook)
+    _, solution_at, check_at = exercise_cells(notebook)[0]
     client = nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     with client.setup_kernel():

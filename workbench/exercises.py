@@ -8,6 +8,10 @@ VS Code), the solution cell shows one solution folded, one click away, and runs 
 failing check. Where no one can answer (``nbconvert --execute``, nbclient, papermill: no stdin), it prints the
 solution and runs it, so the lesson runs through and its export shows the solution.
 
+A lesson may have more exercises, each three cells tagged the same way, one after the other; the second's key is
+the lesson's number and ``b`` (``%iris solution 03b``, ``require("03b", ...)``, ``notebooks/solutions/03b_*.py``),
+the third's ``c``.
+
 Examples
 --------
 A check cell::
@@ -51,7 +55,8 @@ def require(lesson: str, problem: str | None, *, read: str) -> None:
     Parameters
     ----------
     lesson
-        The lesson's number, ``"00"`` to ``"15"``: the message names the magic that loads its solution.
+        The exercise's key: the lesson's number, ``"00"`` to ``"15"``, with ``b`` for a lesson's second exercise
+        (``"03b"``): the message names the magic that loads its solution.
     problem
         What was found against what was expected, e.g. from :func:`mismatch`; None when the result is right.
     read
@@ -106,12 +111,15 @@ def mismatch(actual, expected, where: str, *, atol: float = 0.0, rtol: float = 0
 
 
 def solution_path(lesson: str) -> Path:
-    """The file holding lesson ``lesson``'s solution, ``notebooks/solutions/NN_*.py``.
+    """The file holding the solution of exercise ``lesson`` (a lesson's number, or its number and a letter for a
+    lesson's later exercise), ``notebooks/solutions/NN_*.py`` (``NNb_*.py``).
 
     Examples
     --------
     >>> solution_path("7").name
     '07_gemm_all_scatter.py'
+    >>> solution_path("03b").name
+    '03b_keep_rank_1_waiting.py'
     """
     number = f"{int(lesson):02d}" if str(lesson).isdigit() else str(lesson)
     found = sorted(SOLUTIONS.glob(f"{number}_*.py"))
@@ -199,35 +207,40 @@ def _someone_can_answer(shell) -> bool:
 
 
 class LessonFailed(AssertionError):
-    """A lesson did not run as its exercise promises: its check passed with the skeleton (the exercise came
-    solved), or its cells are not the skeleton, check and solution cells in that order."""
+    """A lesson did not run as its exercises promise: a check passed with its skeleton (the exercise came solved),
+    or the cells of an exercise are not the skeleton, solution and check cells in that order."""
 
 
-def exercise_cells(notebook) -> tuple[int, int, int]:
-    """The indices of a lesson's skeleton, solution and check cells (the check right after the solution).
+def exercise_cells(notebook) -> list[tuple[int, int, int]]:
+    """The indices of the skeleton, solution and check cells of each of a lesson's exercises, in order (each check
+    right after its solution, before the next exercise's skeleton).
 
     Examples
     --------
     >>> import nbformat                                                     # doctest: +SKIP
     >>> exercise_cells(nbformat.read("notebooks/00_quickstart.ipynb", 4))  # doctest: +SKIP
-    (12, 13, 14)
+    [(12, 13, 14)]
     """
     tagged = {tag: [i for i, cell in enumerate(notebook.cells) if tag in cell.metadata.get("tags", [])]
-              for tag in ("exercise", "exercise-check", "solution")}
-    if any(len(found) != 1 for found in tagged.values()):
-        raise LessonFailed(f"a lesson needs one cell tagged each of exercise, exercise-check and solution; found "
-                           f"{tagged}")
-    skeleton, solution, check = (tagged[tag][0] for tag in ("exercise", "solution", "exercise-check"))
-    if not skeleton < solution == check - 1:
-        raise LessonFailed(f"the skeleton (cell {skeleton}), the solution cell (cell {solution}) and the check (cell "
-                           f"{check}) must come in that order, the check right after the solution")
-    return skeleton, solution, check
+              for tag in ("exercise", "solution", "exercise-check")}
+    counts = {len(found) for found in tagged.values()}
+    if len(counts) != 1 or counts == {0}:
+        raise LessonFailed(f"each exercise of a lesson is three cells, tagged exercise, solution and exercise-check; "
+                           f"a lesson needs one exercise at least; found {tagged}")
+    exercises = list(zip(tagged["exercise"], tagged["solution"], tagged["exercise-check"], strict=True))
+    starts = [skeleton for skeleton, _, _ in exercises[1:]] + [len(notebook.cells)]
+    for (skeleton, solution, check), next_skeleton in zip(exercises, starts, strict=True):
+        if not (skeleton < solution == check - 1 and check < next_skeleton):
+            raise LessonFailed(f"the skeleton (cell {skeleton}), the solution cell (cell {solution}) and the check "
+                               f"(cell {check}) must come in that order, the check right after the solution and "
+                               "before the next exercise")
+    return exercises
 
 
 def execute_lesson(path, workdir, timeout: float = 180, **options):
     """Run a lesson both ways in one kernel, as the tests and the docs build do: every stored cell in order, as
-    ``nbconvert --execute`` does (the solution cell runs the solution), and before that, right after the skeleton,
-    the check as the student gets it (the skeleton as it is: it must fail with :class:`ExerciseNotSolved`).
+    ``nbconvert --execute`` does (each solution cell runs its solution), and before that, right after each skeleton,
+    its check as the student gets it (the skeleton as it is: it must fail with :class:`ExerciseNotSolved`).
 
     Parameters
     ----------
@@ -243,15 +256,15 @@ def execute_lesson(path, workdir, timeout: float = 180, **options):
 
     Returns
     -------
-    notebook, failure
+    notebook, failures
         The executed notebook, its cells the stored ones with the outputs of the run in order, and the student's
-        failure message (the check's, with the skeleton). A cell that fails otherwise raises
-        :class:`nbclient.exceptions.CellExecutionError`; a check that passes with the skeleton, LessonFailed.
+        failure message of each exercise, in order (its check's, with the skeleton). A cell that fails otherwise
+        raises :class:`nbclient.exceptions.CellExecutionError`; a check that passes with its skeleton, LessonFailed.
 
     Examples
     --------
-    >>> notebook, failure = execute_lesson("notebooks/00_quickstart.ipynb", "/tmp")   # doctest: +SKIP
-    >>> failure.splitlines()[0]                                                       # doctest: +SKIP
+    >>> notebook, failures = execute_lesson("notebooks/00_quickstart.ipynb", "/tmp")  # doctest: +SKIP
+    >>> failures[0].splitlines()[0]                                                   # doctest: +SKIP
     "lesson 00's exercise is not solved yet: rank 0's inbox (rank 1 stores 10 x 1 there): element [0] is ..."
     """
     import nbclient
@@ -260,14 +273,16 @@ def execute_lesson(path, workdir, timeout: float = 180, **options):
 
     notebook = path if isinstance(path, nbformat.NotebookNode) else nbformat.read(str(path), as_version=4)
     name = Path(path).name if not isinstance(path, nbformat.NotebookNode) else "the lesson"
-    skeleton_at, _, check_at = exercise_cells(notebook)
+    checks = {skeleton: check for skeleton, _, check in exercise_cells(notebook)}
+    stored_checks = {check: notebook.cells[check] for check in checks.values()}
     failures = []
 
     class LessonClient(nbclient.NotebookClient):
         async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
             await super().async_execute_cell(cell, cell_index, execution_count, store_history)
-            if cell_index == skeleton_at:  # the student's run: the check on the skeleton as it is (a copy of the
-                check = copy.deepcopy(notebook.cells[check_at])  # cell: the stored one keeps its run in order)
+            if cell_index in checks:  # the student's run: the check on the skeleton as it is (a copy of the
+                check_at = checks[cell_index]  # cell: the stored one keeps its run in order)
+                check = copy.deepcopy(notebook.cells[check_at])
                 try:
                     await super().async_execute_cell(check, check_at, self.code_cells_executed + 1)
                 except CellExecutionError as error:
@@ -275,14 +290,13 @@ def execute_lesson(path, workdir, timeout: float = 180, **options):
                         raise
                     failures.append(error.evalue)
                 else:
-                    raise LessonFailed(f"{name}: the exercise's check passed with the skeleton as it is: the "
-                                       "student finds the exercise solved")
+                    raise LessonFailed(f"{name}: the check in cell {check_at} passed with the skeleton as it is: "
+                                       "the student finds the exercise solved")
                 finally:
-                    notebook.cells[check_at] = check_cell  # async_execute_cell stored the copy in its place
+                    notebook.cells[check_at] = stored_checks[check_at]  # async_execute_cell stored the copy there
             return cell
 
-    check_cell = notebook.cells[check_at]
     client = LessonClient(notebook, timeout=timeout, kernel_name="python3",
                           resources={"metadata": {"path": str(workdir)}}, **options)
     client.execute()
-    return notebook, failures[0]
+    return notebook, failures
