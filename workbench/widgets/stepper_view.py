@@ -198,8 +198,9 @@ class StepperView(StaticForm, widgets.VBox):
     def _read_heaps(self) -> dict[tuple[str, int], torch.Tensor | str]:
         """Each heap shown, read now: a tensor, or why it could not be read. Once the cell has ended no gate is
         left to read through: the ranks' variables of those names are read instead (named allocations are named
-        after them), else what the heap held at the last step."""
-        if self.run.done and self._read_at_end:
+        after them), else what the heap held at the last step; a run stopped part way keeps what it last read."""
+        # A stopped run's heaps tell nothing new, and its cluster may be stopping: what was last read stays.
+        if self.run.done and (self._read_at_end or _stopped(self.run)):
             return dict(self.last_values)
         values: dict[tuple[str, int], torch.Tensor | str] = {}
         for name, ranks in self.heaps_shown.items():
