@@ -7,6 +7,8 @@ that reads the inbox; the fixed protocol under the same preference gives the rig
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -119,7 +121,22 @@ def test_the_magic_steps_and_refuses_what_it_cannot_do(wb, capsys):
     assert "nothing to step" in capsys.readouterr().out
 
 
-def test_a_run_left_held_is_stopped_by_a_new_one_and_by_the_stop_of_the_cluster():
+def test_a_run_stopped_with_a_rank_in_a_host_barrier_leaves_no_rank_stuck_and_other_cells_are_refused(wb):
+    run = workbench.step("shift_and_sum(barrier=True)")
+    run.step(0)  # rank 0 goes into the host barrier; rank 1 is still held before it
+    assert [s.state for s in run.ranks] == ["in barrier", "barrier"]
+    with pytest.raises(workbench.WorkbenchError, match="the ranks are held by a stepped cell: step it to its end or "
+                                                       "stop it first"):
+        wb.run("x = 1")
+    started = time.monotonic()
+    report = run.stop()
+    assert time.monotonic() - started < 10, "no rank waited in gloo's barrier for one that had stopped"
+    assert report.ranks_with("error") == [0, 1] and not report.notes, report.render()
+    assert wb.run("shift_and_sum(barrier=True)").ok, "the same cluster, every rank free"
+    assert [t.item() for t in wb.pull("total")] == RIGHT_TOTALS
+
+
+def test_a_run_left_held_is_stopped_by_a_new_one_and_by_the_stop_of_the_cluster():  # last: it starts ranks anew
     wb = workbench.start(n=2, backend="cpu", heap_size="16MiB", progress=False)
     try:
         assert wb.run(SHIFT_AND_SUM).ok

@@ -142,6 +142,7 @@ class Workbench:
         self.broken: str | None = None
         self.hang_channel: str | None = None  # where the ranks answer "where are you?" (a hang report)
         self.before_stop: list = []  # callables the next stop calls first (a stepped run's stop)
+        self.held_by: str | None = None  # what keeps every engine busy (a stepped run): other requests would queue
         self.last_stop: StopReport | None = None
         self.cluster_log: collections.deque[str] = collections.deque(maxlen=CLUSTER_LOG_RECORDS)
         self._cluster = None
@@ -502,6 +503,9 @@ class Workbench:
         if self.broken:
             raise WorkbenchError(f"{self.broken}; every rank's state is unreliable now: run %iris restart "
                                  "(or Workbench.restart()) to get a working cluster")
+        if self.held_by:  # each engine runs that cell until it ends: a request now would wait behind it
+            raise WorkbenchError(f"the ranks are held by {self.held_by}: step it to its end or stop it first (the "
+                                 "stepper's stop button, run.stop(), or a new stepped cell, which stops it)")
 
     def _select(self, ranks) -> list[int]:
         if ranks is None:

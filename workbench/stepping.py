@@ -52,6 +52,7 @@ class SteppedRun:
         self._view = None  # the stepper view, made when the run is first displayed
         self.coordinator = Coordinator(wb.world_size, folder=wb.cluster_dir)
         wb.before_stop.append(self.stop)
+        wb.held_by = "a stepped cell"
         filename = cell_filename(source)
         self._pending = {rank: wb.view(rank).apply_async(engine.run_stepped_cell, source, filename,
                                                          self.coordinator.address)
@@ -209,6 +210,7 @@ class SteppedRun:
     def _finish(self, timeout: float) -> None:
         global _active
         self.report = execution.collect_cell(self.wb, self._pending, timeout)
+        self.wb.held_by = None
         self.coordinator.close()
         if self.stop in self.wb.before_stop:
             self.wb.before_stop.remove(self.stop)
@@ -223,6 +225,9 @@ def start_stepping(wb: Workbench, code: str, *, line_offset: int = 0) -> Stepped
     coordinator's socket is on this machine); a stepped run still going is stopped first.
     """
     global _active
+    if _active is not None and not _active.done:
+        print("the stepped run still going was stopped: one stepped cell at a time")
+        _active.stop("a new stepped cell started")
     wb._check_usable()
     gpu = [r for r, info in enumerate(wb.rank_info) if info["backend"] != "cpu"]
     if gpu:
@@ -231,9 +236,6 @@ def start_stepping(wb: Workbench, code: str, *, line_offset: int = 0) -> Stepped
     elsewhere = [r for r, info in enumerate(wb.rank_info) if info["host"] != here]
     if elsewhere or wb.cluster_dir is None:
         raise WorkbenchError(f"--step needs every rank on this machine (a local cluster); ranks {elsewhere} are not")
-    if _active is not None and not _active.done:
-        print("the stepped run still going was stopped: one stepped cell at a time")
-        _active.stop("a new stepped cell started")
     source = "\n" * line_offset + code
     _active = SteppedRun(wb, source)
     return _active

@@ -355,6 +355,10 @@ class Coordinator:
             state.state, state.operation, state.polls = "barrier", message["barrier"], 0
         elif "entered" in message:
             state.state = "in barrier"
+            inside = [s for s in self.ranks if not s.ended]
+            if all(s.state == "in barrier" for s in inside):  # the last one in: every rank goes into the real one
+                for other in inside:
+                    other.channel.send({"released": True})
         elif "finished" in message:
             state.state, state.steps = "finished", message["finished"]["steps"]
         elif "failed" in message:

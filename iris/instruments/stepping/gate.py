@@ -130,6 +130,9 @@ class Gate:
         where["source"] = linecache.getline(where["file"], where["line"]).strip()
         self._pause({"barrier": {"step": self.steps, "rank": self.rank, **where}})
         self.channel.send({"entered": {"rank": self.rank}})
+        # The coordinator releases the barrier once every rank has entered it; only then does this rank go into the
+        # real one (gloo's, which no signal interrupts), so a run stopped meanwhile leaves no rank stuck there.
+        self._wait("released")
 
     def finished(self, error: BaseException | None = None) -> None:
         """Say that this rank's cell ended (with ``error``, when it failed)."""
@@ -155,6 +158,11 @@ class Gate:
     def _pause(self, message: dict) -> None:
         next(iter(message.values()))["allocations"] = self._allocations()
         self.channel.send(message)
+        self._wait("go")
+        self.steps += 1
+
+    def _wait(self, word: str) -> None:
+        """Wait for the coordinator's ``word``; a stop (or none for :attr:`idle_timeout` s) ends the kernel here."""
         try:
             command = self._commands.get(timeout=self.idle_timeout)
         except queue.Empty:
@@ -162,7 +170,8 @@ class Gate:
                                   "was stopped (nothing is left paused)") from None
         if "stop" in command:
             raise SteppingStopped(f"rank {self.rank}: the stepped run was stopped: {command['stop']}")
-        self.steps += 1
+        if word not in command:
+            raise SteppingStopped(f"rank {self.rank}: the coordinator said {command!r} where {word!r} was due")
 
     def _done(self) -> None:
         if self._pending is not None:

@@ -3,8 +3,8 @@
 A rank says ``hello``, then, for each access it is about to make to a symmetric heap, ``paused`` (the operation)
 and, once told to go and done, ``done`` (the values after); ``barrier`` before a host barrier and ``entered``
 once let into it; ``finished`` at the end of its cell (or ``failed``, saying why). The coordinator says ``go``,
-``stop`` (the rank's kernel then raises :class:`SteppingStopped`), or ``read`` (bytes of a heap, answered with
-``bytes`` whatever the rank is doing).
+``released`` (to every rank in a host barrier, once the last has entered it), ``stop`` (the rank's kernel then raises
+:class:`SteppingStopped`), or ``read`` (bytes of a heap, answered with ``bytes`` whatever the rank is doing).
 
 Examples
 --------
