@@ -110,9 +110,8 @@ def test_the_magic_steps_and_refuses_what_it_cannot_do(wb, capsys):
         shell.run_cell_magic("iris_kernel", "--step --ranks 0 --trace", "shift_and_sum(True)")
     with pytest.raises(UsageError, match="add --step"):
         shell.run_cell_magic("iris_kernel", "--replay x.json", "shift_and_sum(True)")
-    shell.run_cell_magic("iris_kernel", "--step", "shift_and_sum(barrier=True)")
-    run = workbench.stepping._active
-    assert run is not None and [s.state for s in run.ranks] == ["barrier", "barrier"]
+    run = shell.run_cell_magic("iris_kernel", "--step", "shift_and_sum(barrier=True)")  # the cell's value
+    assert isinstance(run, workbench.stepping.SteppedRun) and [s.state for s in run.ranks] == ["barrier", "barrier"]
     run.step_each()
     assert all(s.operation["kind"] == "load" for s in run.ranks), run.summary()  # put_right reads mine
     run.run_to_end()

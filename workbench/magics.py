@@ -227,8 +227,9 @@ class IrisMagics(Magics):
         elif args.command == "traffic":
             display(traffic_last_view(self._need(args.need), args.launch, args.label))
 
-    def _stepped(self, wb, cell: str, args, ranks) -> None:
-        """``%%iris_kernel --step [--replay ORDER]``: the stepper view, every rank held at its first heap access."""
+    def _stepped(self, wb, cell: str, args, ranks):
+        """``%%iris_kernel --step [--replay ORDER]``: the :class:`~workbench.stepping.SteppedRun`, every rank held at
+        its first heap access (the cell's value: shown as the stepper view; ``_`` in the next cell)."""
         others = [flag for flag, given in (("--ranks", ranks is not None), ("--trace", args.trace),
                                            ("--check", args.check), ("--traffic", args.traffic is not None),
                                            ("--show", args.show), ("--timeout", args.timeout is not None)) if given]
@@ -240,7 +241,7 @@ class IrisMagics(Magics):
         run = stepping.start_stepping(wb, cell, line_offset=1)
         if args.replay:
             run.replay(args.replay)
-        display(run)
+        return run  # the cell's value: displayed as the stepper, and the notebook's ``_`` reaches the run
 
     def _bench(self, args):
         """``%iris bench``'s view: LABEL=EXPR pairs, the work's numbers evaluated in the notebook's namespace."""
@@ -291,8 +292,7 @@ class IrisMagics(Magics):
         wb = session.current()
         ranks = parse_ranks(args.ranks, wb.world_size)
         if args.step or args.replay:
-            self._stepped(wb, cell, args, ranks)
-            return
+            return self._stepped(wb, cell, args, ranks)
         if args.trace:
             tracing.start_capture(wb, args.max_events or tracing.DEFAULT_MAX_EVENTS, ranks=ranks)
         if args.check == "races" and wb.check != "races":
