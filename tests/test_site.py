@@ -154,7 +154,8 @@ def view_problems(page) -> list[str]:
     views = page.locator(".iris-static > div, div.iris-races")
     for i in range(views.count()):
         problems += layout_problems(views.nth(i), "article.bd-article")
-    pictures = page.locator(".iris-static .iris-rank-panel img")
+    # (a folded solution's output is not on view until it is opened: what a reader sees is checked)
+    pictures = page.locator(".iris-static .iris-rank-panel img >> visible=true")
     problems += [problem for i in range(pictures.count()) if (problem := untitled_picture_problem(pictures.nth(i)))]
     # A launch may be shown twice in a row (the cell's matrix, then beside its minimum), but two launches apart
     # must be told apart by their titles (lesson 15's variants of one kernel: --traffic one_shot).
