@@ -26,7 +26,7 @@ NEWEST_STACK_TESTS=(
 # stages' test_notebooks.py and read by test_site.py: one lane, in order); about half of stage 1's time.
 LANE1_TESTS=(
   tests/test_notebooks.py tests/test_site.py tests/test_browser.py tests/test_main_job.py tests/test_hang_report.py
-  tests/test_widgets.py tests/test_timeline.py tests/test_workbench_races.py
+  tests/test_widgets.py tests/test_timeline.py tests/test_workbench_races.py tests/test_stepper_view.py
 )
 
 # pytest's exit code 5 (no tests collected) is a failure here, never a pass.
