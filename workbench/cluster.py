@@ -320,7 +320,10 @@ class Workbench:
         """
         atexit.unregister(self._stop_at_exit)
         while self.before_stop:  # e.g. a stepped run lets its held ranks go, so that they can hear the stop
-            self.before_stop.pop()()
+            try:
+                self.before_stop.pop()()
+            except Exception as exc:  # the stop goes on whatever happened there: no process may be left
+                self.cluster_log.append(f"WARNING: before the stop: {type(exc).__name__}: {exc}")
         client, cluster = self.client, self._cluster
         if client is None and cluster is None:
             self._remove_leftovers()
