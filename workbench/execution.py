@@ -16,7 +16,10 @@ True
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
 from concurrent import futures
 
@@ -42,10 +45,11 @@ def collect_cell(wb, pending: dict, timeout: float) -> CellReport:
     results: dict[int, RankResult] = {}
     notes = []
     ctrl_c = False
-    try:
-        _collect(wb, pending, results, output, time.monotonic() + timeout)
-    except KeyboardInterrupt:
-        ctrl_c = True
+    with _noticing_ctrl_c() as pressed:
+        try:
+            _collect(wb, pending, results, output, time.monotonic() + timeout, pressed)
+        except KeyboardInterrupt:
+            ctrl_c = True
     frozen = {rank: how for rank in pending if (how := wb.frozen(rank)) is not None}
     hang = _where_they_are(wb, pending, results, frozen) if pending else None
     for rank in frozen:
@@ -113,9 +117,44 @@ def _interrupt(wb, pending, results, output, notes) -> None:
     wb.restart(stuck=stubborn)
 
 
-def _collect(wb, pending: dict, results: dict, output, until: float) -> None:
-    """Move ranks from ``pending`` to ``results`` as they finish or die, until none is left or ``until``."""
+@contextlib.contextmanager
+def _noticing_ctrl_c():
+    """An event set by every SIGINT (Ctrl-C, a notebook's interrupt) while the body runs, beside the handler before.
+
+    Python raises KeyboardInterrupt wherever the main thread is when the signal comes; where that is a finalizer or a
+    callback whose errors are printed and dropped (a ``__del__``, a future's done-callback), the interrupt is lost,
+    and the cell then waited out its whole timeout (seen under load in CI). The event is not lost: the collecting
+    loop raises KeyboardInterrupt itself when it finds it set. In a thread other than the main one nothing is
+    installed (only the main thread may set handlers) and the event stays unset.
+    """
+    pressed = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield pressed
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def noticed(signum, frame):
+        if previous == signal.SIG_IGN:  # ignored before: still ignored
+            return
+        pressed.set()
+        if callable(previous):
+            previous(signum, frame)
+        else:  # the default (or a handler set outside Python): Python's own, KeyboardInterrupt
+            signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, noticed)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _collect(wb, pending: dict, results: dict, output, until: float, pressed=None) -> None:
+    """Move ranks from ``pending`` to ``results`` as they finish or die, until none is left or ``until``; a SIGINT
+    noticed in ``pressed`` (:func:`_noticing_ctrl_c`) raises KeyboardInterrupt here even if it was lost elsewhere."""
     while pending:
+        if pressed is not None and pressed.is_set():
+            raise KeyboardInterrupt
         left = until - time.monotonic()
         if left <= 0:
             return
