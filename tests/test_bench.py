@@ -23,8 +23,8 @@ from iris.bench.cli import parse_command_line
 from iris.bench.output import format_console, format_csv, format_json
 from iris.bench.runner import RunPlan, group_sizes
 from iris.bench.state import SkipCombination
-from iris.heap.cpu import process_alive
-from tests.multirank import ROOT, our_heap_files, run_ranks
+from iris.heap.cpu import heap_files_of, process_alive
+from tests.multirank import ROOT, run_ranks
 
 PROGRAM = '''
 import os
@@ -68,15 +68,17 @@ def program(tmp_path):
     script.write_text(PROGRAM)
     pids = tmp_path / "pids"
     pids.mkdir()
-    heaps_before = our_heap_files()
 
     def run(*flags, env=None):
         done = subprocess.run([sys.executable, str(script), "--n_warmup=1", *flags], cwd=tmp_path,
                               env={**os.environ, "PYTHONPATH": str(ROOT), "PIDS": str(pids), **(env or {})},
                               capture_output=True, text=True, timeout=120)
-        alive = [int(pid.name) for pid in pids.iterdir() if process_alive(int(pid.name))]
+        ranks = [int(pid.name) for pid in pids.iterdir()]
+        alive = [pid for pid in ranks if process_alive(pid)]
         assert not alive, f"rank processes {alive} outlived the run"
-        assert our_heap_files() <= heaps_before, "heap files left in /dev/shm"
+        # Only this run's ranks' files: the other test lane's ranks make (and unlink) theirs at the same time.
+        left = heap_files_of(ranks)
+        assert not left, f"heap files left in /dev/shm: {left}"
         return done
 
     return run

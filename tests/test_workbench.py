@@ -217,11 +217,17 @@ def test_ctrl_c_interrupts_the_ranks_not_the_notebook(wb, tmp_path):
             time.sleep(0.05)
         os.kill(os.getpid(), signal.SIGINT)
 
-    threading.Thread(target=press_ctrl_c_once_they_run, daemon=True).start()
-    report = wb.run(f"import time\nopen({str(tmp_path)!r} + f'/running{{rank}}', 'w').close()\n"
-                    "for _ in range(600):\n    time.sleep(0.1)\n", timeout=60)
+    # A notebook kernel always turns SIGINT into KeyboardInterrupt; in CI's long pytest process an earlier test
+    # (not found yet) left it otherwise, and this test then waited out its 60 s: Python's handler, for this test.
+    found = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=press_ctrl_c_once_they_run, daemon=True).start()
+        report = wb.run(f"import time\nopen({str(tmp_path)!r} + f'/running{{rank}}', 'w').close()\n"
+                        "for _ in range(600):\n    time.sleep(0.1)\n", timeout=60)
+    finally:
+        signal.signal(signal.SIGINT, found)
     assert report.ranks_with("interrupted") == [0, 1]
-    assert any(note.startswith("Ctrl-C: ranks 0, 1") for note in report.notes)
+    assert any(note.startswith("Ctrl-C: ranks 0, 1") for note in report.notes), (report.notes, found)
     assert wb.pull("rank") == [0, 1]
 
 
