@@ -7,6 +7,8 @@ Run on one machine with N GPUs (one rank each)::
     torchrun --nproc_per_node=N benchmarks/allreduce.py --check    # correctness of every variant only
     torchrun --nproc_per_node=N benchmarks/allreduce.py --gluon    # Gluon all_gather and all_to_all only
     torchrun --nproc_per_node=N benchmarks/allreduce.py --peers --dtypes bf16   # all_reduce against every peer
+    torchrun --nproc_per_node=N benchmarks/allreduce.py --others     # all_gather, reduce_scatter, all_to_all
+    torchrun --nproc_per_node=N benchmarks/allreduce.py --peers --sizes 8K,1M  # only these sizes
 
 NCCL runs in its own process group (torch.distributed initialised with NCCL; iris makes a gloo group of its
 own for host exchange), with NVLink multicast (NVLS) off, as on the machines this was written for. Both
@@ -22,6 +24,10 @@ kernels it ran are read from a profile and said), and torch symmetric memory's o
 torch or machine cannot run is left out with the reason, in the table's text. Every column's result is checked
 against an fp32 sum before it is timed. The "best peer" column is the fastest peer's time over ours ("auto": the
 default config), and "auto ran" the variant that call ran.
+
+``--others`` times all_gather, reduce_scatter (each variant) and all_to_all in bf16 against NCCL's
+``all_gather_into_tensor``, ``reduce_scatter_tensor`` and ``all_to_all_single``, each checked against NCCL first;
+their goals (issue 44's): at least 1.5x NCCL up to 256 KiB and never slower than NCCL.
 
 ``--gluon`` times the Gluon collectives (``Config(use_gluon=True)``) against the Triton kernels of the same
 algorithms and NCCL: all_gather by the size rule (columns ``auto`` and ``gluon``), and all_to_all (columns
@@ -54,6 +60,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.results import environment, write_section  # noqa: E402
 from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config  # noqa: E402
+from iris.ccl.config import REDUCE_SCATTER_VARIANTS  # noqa: E402
 from iris.ccl.inbox import INBOX_BYTES  # noqa: E402
 from iris.ccl.rules import RING_FROM_BYTES, RING_FROM_WORLD  # noqa: E402
 from iris.perf import replay_time  # noqa: E402
@@ -61,7 +68,7 @@ from iris.perf import replay_time  # noqa: E402
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [8 * KiB, 32 * KiB, 128 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB]
 GATHER_SIZES = [8 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB]
-ALL_TO_ALL_SIZES = [64 * KiB, 1 * MiB, 16 * MiB, 256 * MiB]  # each rank's input
+ALL_TO_ALL_SIZES = [64 * KiB, 256 * KiB, 1 * MiB, 16 * MiB, 256 * MiB]  # each rank's input
 ALL_TO_ALL_ROW = 8192  # elements per row of all_to_all's input (every rank's chunk: 8192 / n)
 GLUON_GOAL = 0.95  # Gluon's time at most Triton's / this
 CHECK_SIZES = [8 * KiB + 6, 1 * MiB + 2, 16 * MiB]
@@ -69,7 +76,8 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 OURS = ("auto", *ALL_REDUCE_VARIANTS)
 # Variants for small and medium tensors, not run beyond: remote float atomics are slow and need two fp32
 # accumulators; the inboxes of one_shot and push hold 2 x world copies of the input.
-MAX_BYTES = {"atomic": 64 * MiB, "one_shot": 64 * MiB, "push": 64 * MiB}
+MAX_BYTES = {"atomic": 64 * MiB, "one_shot": 64 * MiB, "push": 64 * MiB, "two_shot_push": 256 * MiB}
+OTHER_SIZES = [8 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB]  # --others
 TIMED_MS = 20.0  # replays per measurement: about this long
 ROUNDS = 3  # measurements per figure: the median is reported
 EAGER_MAX_BYTES = 4 * MiB  # eager calls are timed up to this size: above it the kernel dominates anyway
@@ -373,16 +381,42 @@ def bench_all_gather(ctx, nbytes: int, dtype, rounds: int = ROUNDS) -> dict:
     return times
 
 
+def bench_reduce_scatter(ctx, nbytes: int, dtype, rounds: int = ROUNDS) -> dict:
+    """{name: (µs, captured)} for NCCL's reduce_scatter_tensor and ours by the table ("auto") and each variant, each
+    checked against NCCL's fp32 result first; ``nbytes``: each rank's input."""
+    world = ctx.num_ranks
+    n = nbytes // torch.tensor([], dtype=dtype).element_size()
+    inp, out = ctx.randn(n, dtype=dtype), ctx.zeros(n, dtype=dtype)
+    nccl_out = torch.empty(n // world, dtype=dtype, device=inp.device)
+    reference = torch.empty(n // world, dtype=torch.float32, device=inp.device)
+    dist.reduce_scatter_tensor(reference, inp.float())
+    lo, hi = iris.ccl.owned_range(n, ctx.cur_rank, world)
+    calls = calls_per_graph(nbytes)
+    times = {"NCCL": median_of(lambda: dist.reduce_scatter_tensor(nccl_out, inp), rounds, calls)}
+    for variant in ("auto", *REDUCE_SCATTER_VARIANTS):
+        config = Config(reduce_scatter_variant=None if variant == "auto" else variant)
+        workspace = iris.ccl.reduce_scatter(out, inp, ctx, config=config)
+        torch.cuda.synchronize()
+        error = too_far(out[lo:hi], reference[:hi - lo], dtype, world)
+        assert error is None, f"rank {ctx.cur_rank}: reduce_scatter {variant} {_size(nbytes)}: error {error}"
+        times[variant] = median_of(
+            lambda c=config, w=workspace: iris.ccl.reduce_scatter(out, inp, ctx, config=c, workspace=w), rounds, calls)
+        if variant == "auto":
+            times[AUTO_RAN] = workspace.key[1]
+        del workspace
+    return times
+
+
 def bench_all_to_all(ctx, nbytes: int, dtype, rounds: int = ROUNDS) -> dict:
-    """{name: (µs, captured)} for NCCL's all_to_all_single and ours, Triton and Gluon; ``nbytes``: each rank's
-    input, rows of ``ALL_TO_ALL_ROW`` elements."""
+    """{name: (µs, captured)} for NCCL's all_to_all_single and ours, Triton ("auto": the default config) and Gluon;
+    ``nbytes``: each rank's input, rows of ``ALL_TO_ALL_ROW`` elements."""
     rows = max(1, nbytes // torch.tensor([], dtype=dtype).element_size() // ALL_TO_ALL_ROW)
     inp = ctx.randn(rows, ALL_TO_ALL_ROW, dtype=dtype)
     out = ctx.zeros_like(inp)
     nccl_out = torch.empty_like(inp)
     calls = calls_per_graph(nbytes)
     times = {"NCCL": median_of(lambda: dist.all_to_all_single(nccl_out, inp), rounds, calls)}
-    for name, config in (("triton", Config()), ("gluon", Config(use_gluon=True))):
+    for name, config in (("auto", Config()), ("gluon", Config(use_gluon=True))):
         workspace = iris.ccl.all_to_all(out, inp, ctx, config=config)
         times[name] = median_of(
             lambda c=config, w=workspace: iris.ccl.all_to_all(out, inp, ctx, config=c, workspace=w), rounds, calls)
@@ -474,6 +508,11 @@ def goals(rows: dict) -> list[str]:
     lines = (goal_line(name, by_size, goal) for name, by_size in rows.items() for goal in GOALS)
     return [line for line in lines if line]
 
+
+OTHER_GOALS = [  # issue 44's for all_gather, reduce_scatter, all_to_all (auto against NCCL)
+    ("at least 1.5x NCCL up to 256 KiB", lambda s: s <= 256 * KiB, 1.5, "{:.2f}x"),
+    ("never slower than NCCL", lambda s: True, 1.0, "{:.2f}x"),
+]
 
 PEER_GOALS = [  # issue 44's, set for 4 ranks: (what, sizes covered, figure: "ratio" (best peer / auto) or "us", bound)
     ("at least 1.3x the best peer up to 256 KiB", lambda s: s <= 256 * KiB, "ratio", 1.3),
@@ -611,8 +650,15 @@ def main() -> None:
     parser.add_argument("--gluon", action="store_true", help="only the Gluon collectives against Triton and NCCL")
     parser.add_argument("--peers", action="store_true", help="only the all_reduce tables, against every peer")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="measurements per figure (their median)")
+    parser.add_argument("--others", action="store_true",
+                        help="only all_gather, reduce_scatter and all_to_all against NCCL (bf16)")
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="all_reduce's dtypes, e.g. bf16 (default: all)")
+    parser.add_argument("--sizes", help="only these sizes, e.g. 8K,1M,64M (default: every size of the mode)")
     args = parser.parse_args()
+    if args.sizes:
+        wanted = {parse_size(text) for text in args.sizes.split(",")}
+        for sizes in (SIZES, GATHER_SIZES, ALL_TO_ALL_SIZES, OTHER_SIZES):
+            sizes[:] = [s for s in sizes if s in wanted]
     dtypes = {name: DTYPES[name] for name in args.dtypes.split(",")}
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local_rank)
@@ -629,6 +675,14 @@ def main() -> None:
                                     for s in ALL_TO_ALL_SIZES}}
         if ctx.cur_rank == 0:
             report_gluon(gather_rows, all_to_all_rows, world)
+    elif args.others:
+        rows = {"all_gather bf16": {s: bench_all_gather(ctx, s, torch.bfloat16, args.rounds) for s in OTHER_SIZES},
+                "reduce_scatter bf16": {s: bench_reduce_scatter(ctx, s, torch.bfloat16, args.rounds)
+                                        for s in OTHER_SIZES},
+                "all_to_all bf16": {s: bench_all_to_all(ctx, s, torch.bfloat16, args.rounds)
+                                    for s in ALL_TO_ALL_SIZES}}
+        if ctx.cur_rank == 0:
+            report_others(rows, world, args.rounds)
     elif args.eager:
         rows = {name: {s: bench_eager(ctx, s, dtype) for s in eager_sizes} for name, dtype in dtypes.items()}
         if ctx.cur_rank == 0:
@@ -702,6 +756,27 @@ def report(reduce_rows: dict, gather_rows: dict, peers: Peers, world: int, round
     write_section(f"allreduce ({world} GPUs)", "\n".join(body))
 
 
+def report_others(rows: dict, world: int, rounds: int) -> None:
+    goal_lines = [goal_line(name, by_size, goal) for name, by_size in rows.items() for goal in OTHER_GOALS]
+    body = [
+        f"{timing_words(world, rounds)} auto = the default config (the shipped table's row for this GPU and world "
+        "size, or this machine's tuning, else the size rules); all_to_all's auto is the Triton kernel. Sizes: "
+        "all_gather's output, reduce_scatter's and all_to_all's input per rank (all_to_all in rows of "
+        f"{ALL_TO_ALL_ROW} elements). Peers: NCCL's all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single.",
+        "", "Goals (auto against NCCL; issue 44's):", "", *(line for line in goal_lines if line), "",
+        *table(rows, world, gather=True),
+    ]
+    print("\n".join(body))
+    write_section(f"collectives against NCCL ({world} GPUs)", "\n".join(body))
+
+
+def parse_size(text: str) -> int:
+    """``"8K"``, ``"1M"``, ``"1G"`` or bytes, as ``--sizes`` takes them."""
+    units = {"K": KiB, "M": MiB, "G": GiB}
+    text = text.strip().upper().removesuffix("IB").removesuffix("B")
+    return int(text[:-1]) * units[text[-1]] if text[-1:] in units else int(text)
+
+
 def report_peers(reduce_rows: dict, peers: Peers, world: int, rounds: int) -> None:
     body = [
         f"{timing_words(world, rounds)} {rules()}", "", *peer_words(reduce_rows, peers),
@@ -728,11 +803,11 @@ def report_gluon(gather_rows: dict, all_to_all_rows: dict, world: int) -> None:
         f"NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')}; CUDA-graph replays, slowest rank. Gluon: "
         "`Config(use_gluon=True)` (iris.ccl.gluon_all_gather, gluon_all_to_all: the Triton kernels' algorithms "
         "with explicit layouts). all_gather: auto = Triton by the size rule, gluon = Gluon by the same rule; bus "
-        f"bandwidth (n-1)/n x output bytes / t. all_to_all: size = each rank's input, rows of {ALL_TO_ALL_ROW} "
-        "elements; NCCL = all_to_all_single; bus bandwidth (n-1)/n x input bytes / t.",
+        "bandwidth (n-1)/n x output bytes / t. all_to_all: auto = Triton; size = each rank's input, rows of "
+        f"{ALL_TO_ALL_ROW} elements; NCCL = all_to_all_single; bus bandwidth (n-1)/n x input bytes / t.",
         "",
         *(gluon_goal(f"all_gather {k}", v, "auto") for k, v in gather_rows.items()),
-        *(gluon_goal(f"all_to_all {k}", v, "triton") for k, v in all_to_all_rows.items()), "",
+        *(gluon_goal(f"all_to_all {k}", v, "auto") for k, v in all_to_all_rows.items()), "",
         *table({f"all_gather {k}": v for k, v in gather_rows.items()}, world, gather=True),
         *table({f"all_to_all {k}": v for k, v in all_to_all_rows.items()}, world, gather=True),
     ]

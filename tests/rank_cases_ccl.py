@@ -16,6 +16,7 @@ import torch.distributed as dist
 import iris
 from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config, ReduceOp
 from iris.ccl.all_reduce import IN_PLACE_VARIANTS
+from iris.ccl.config import REDUCE_SCATTER_VARIANTS
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -74,6 +75,18 @@ def _raises(kind, fragment, fn):
 
 # ------------------------------------------------------------------ all_reduce
 
+def every_variant_checks(calls: int) -> int:
+    """Checks :func:`all_reduce_every_variant` makes per shape and dtype: every variant and the size rule ``calls``
+    times, then each variant that runs in place once more."""
+    return (len(ALL_REDUCE_VARIANTS) + 1) * calls + len(IN_PLACE_VARIANTS)
+
+
+def back_to_back_cases() -> int:
+    """Cases :func:`back_to_back` queues: every all_reduce variant (and one_shot in place), every all_gather variant
+    (and in place), every reduce_scatter variant."""
+    return len(ALL_REDUCE_VARIANTS) + 1 + 2 * len(ALL_GATHER_VARIANTS) + len(REDUCE_SCATTER_VARIANTS)
+
+
 def all_reduce_every_variant(shapes, block_size, calls=2):
     """Every variant (and the size rule) x fp32/fp16/bf16 x ``shapes``: ``calls`` calls on one workspace with
     new inputs each time, inputs left intact, then in place where allowed; all ranks agree bit for bit
@@ -100,7 +113,7 @@ def all_reduce_every_variant(shapes, block_size, calls=2):
                     what = f"all_reduce {variant} {dtype} {shape} call {call}"
                     _check_close(what, out, _sum_reference(world, call, shape, dtype), dtype, world)
                     _check_equal(f"{what}: input left intact", inp, before.cpu())
-                    if variant in ("one_shot", "two_shot", "ring"):
+                    if variant in ("one_shot", "two_shot", "two_shot_push", "ring"):
                         everyone = ctx.group.all_gather_object(out.cpu())
                         if any(not torch.equal(o, everyone[0]) for o in everyone):
                             raise AssertionError(f"{what}: ranks disagree")
@@ -168,7 +181,7 @@ def back_to_back(numel, calls, block_size=None):
             workspace = iris.ccl.all_gather(gathered, mine if in_place else inp, ctx, config=config,
                                             workspace=workspace)
             return workspace, gathered.clone()
-        config = Config(block_size=block_size)
+        config = Config(reduce_scatter_variant=variant, block_size=block_size)
         return iris.ccl.reduce_scatter(out, inp, ctx, config=config, workspace=workspace), out[lo:hi].clone()
 
     def expected(kind, call):
@@ -180,7 +193,8 @@ def back_to_back(numel, calls, block_size=None):
     cases = [("all_reduce", v, False) for v in ALL_REDUCE_VARIANTS] + [("all_reduce", "one_shot", True)]
     cases += [("all_gather", v, in_place) for v in ALL_GATHER_VARIANTS for in_place in (False, True)]
     checked = 0
-    for kind, variant, in_place in [*cases, ("reduce_scatter", None, False)]:
+    cases += [("reduce_scatter", v, False) for v in REDUCE_SCATTER_VARIANTS]
+    for kind, variant, in_place in cases:
         history, workspace = [], None
         ctx.barrier()
         for call in range(calls):
@@ -244,8 +258,8 @@ def _reduce_scatter(ctx, shape, dtype, in_place, config):
 
 
 def other_collectives(block_size):
-    """all_gather (both variants, also in place), all_to_all, reduce_scatter (also in place) in fp32/fp16/bf16 with odd
-    shapes, twice each (workspace reuse)."""
+    """all_gather (both variants, also in place), all_to_all, reduce_scatter (both variants, also in place) in
+    fp32/fp16/bf16 with odd shapes, twice each (workspace reuse)."""
     ctx = _ctx()
     config = Config(block_size=block_size, block_size_m=4, block_size_n=16, comm_sms=3)
     owned = []
@@ -256,8 +270,10 @@ def other_collectives(block_size):
                 _all_gather(ctx, (5, 37), dtype, False, gather)
                 _all_gather(ctx, (3, 7), dtype, True, gather)
             _all_to_all(ctx, 5, 19, dtype, config)
-            owned.append(_reduce_scatter(ctx, (5, 37), dtype, False, config))
-            _reduce_scatter(ctx, (7, 3), dtype, True, config)
+            for variant in REDUCE_SCATTER_VARIANTS:
+                scatter = replace(config, reduce_scatter_variant=variant)
+                owned.append(_reduce_scatter(ctx, (5, 37), dtype, False, scatter))
+                _reduce_scatter(ctx, (7, 3), dtype, True, scatter)
     return {"rank": ctx.cur_rank, "owned": owned[0]}
 
 

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 import iris
 from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config
+from iris.ccl.config import REDUCE_SCATTER_VARIANTS
 from iris.ccl.reduce_scatter import owned_range
 from iris.ccl.utils import extract_group_info
 
@@ -79,13 +80,14 @@ def _collectives_over(ctx, name, group, call):
                     work.wait()
                 _check_equal(f"{name} all_gather {variant} {dtype} async={async_op}", gathered, expected_rows)
                 checked += 1
-        out.fill_(SENTINEL)
-        ctx.ccl.reduce_scatter(out, inp, group=group, config=Config(block_size=32))
         lo, hi = owned_range(inp.numel(), me, members)
         expected = torch.full(SHAPE, SENTINEL, dtype=dtype).flatten()
         expected[lo:hi] = expected_sum.flatten()[lo:hi]
-        _check_equal(f"{name} reduce_scatter {dtype}", out.flatten(), expected)
-        checked += 1
+        for variant in REDUCE_SCATTER_VARIANTS:
+            out.fill_(SENTINEL)
+            ctx.ccl.reduce_scatter(out, inp, group=group, config=Config(reduce_scatter_variant=variant, block_size=32))
+            _check_equal(f"{name} reduce_scatter {variant} {dtype}", out.flatten(), expected)
+            checked += 1
     checked += _all_to_all_over(ctx, name, group, call)
     return checked
 

@@ -15,6 +15,7 @@ from iris.ccl import Config, choose_variant, owned_range
 from iris.ccl.rules import choose_gather_variant
 
 from .multirank import run_ranks
+from .rank_cases_ccl import back_to_back_cases, every_variant_checks
 
 CASES = "tests.rank_cases_ccl"
 ODD_SHAPES = [[5, 37], [1, 1000]]  # 185 and 1000 elements: neither a multiple of the 32-element blocks
@@ -70,8 +71,8 @@ def test_size_rule_and_reduce_scatter_ownership():
 @pytest.mark.parametrize("world", [2, 3])
 def test_all_reduce_every_variant_dtype_and_odd_shape(world):
     results = run_ranks(world, f"{CASES}:all_reduce_every_variant", ODD_SHAPES, 32, timeout=240)
-    # per shape: 3 dtypes x (6 variants x 2 calls + 4 in place)
-    assert all(r["checked"] == len(ODD_SHAPES) * 3 * 16 for r in results)
+    # per shape: 3 dtypes x (every variant and the size rule x 2 calls + those that run in place once more)
+    assert all(r["checked"] == len(ODD_SHAPES) * 3 * every_variant_checks(2) for r in results)
 
 
 def test_spinlock_all_reduce_has_a_lock_per_tile_and_refuses_too_few():
@@ -88,9 +89,9 @@ def test_all_gather_all_to_all_reduce_scatter(world):
 
 def test_back_to_back_calls_without_host_synchronisation():
     # 185 elements in 32-element blocks: several programs, each with its own flags and inbox rows;
-    # 5 calls x (6 all_reduce cases + 4 all_gather cases + reduce_scatter)
+    # 5 calls x (every all_reduce variant, one_shot in place, 4 all_gather cases, every reduce_scatter variant)
     results = run_ranks(3, f"{CASES}:back_to_back", 185, 5, 32, timeout=240)
-    assert all(r["checked"] == 5 * 11 for r in results)
+    assert all(r["checked"] == 5 * back_to_back_cases() for r in results)
 
 
 def test_repeated_calls_replay_without_the_host_path():

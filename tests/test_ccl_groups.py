@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS
+from iris.ccl.config import REDUCE_SCATTER_VARIANTS
 
 from .multirank import run_ranks
 
@@ -25,7 +26,8 @@ def test_every_collective_over_world_consecutive_and_strided_groups_and_bad_grou
     results = run_ranks(4, f"{CASES}:every_collective_over_groups", timeout=300)
     # per group kind and dtype: all_reduce (variants + size rule) x sync/async, all_gather variants x
     # sync/async, reduce_scatter; plus all_to_all; then 9 interleaved calls and 3 concurrent ones
-    per_kind = 2 * (2 * (len(ALL_REDUCE_VARIANTS) + 1) + 2 * len(ALL_GATHER_VARIANTS) + 1) + 1
+    per_kind = 2 * (2 * (len(ALL_REDUCE_VARIANTS) + 1) + 2 * len(ALL_GATHER_VARIANTS)
+                    + len(REDUCE_SCATTER_VARIANTS)) + 1
     assert all(r["checked"] == 3 * per_kind + 9 + 3 for r in results)
     for r in results:  # upstream's (rank_in_group, rank_global, world_size, rank_start, rank_stride)
         rank = r["rank"]

@@ -1,12 +1,15 @@
 """all_reduce: every rank's output becomes the elementwise sum of every rank's input.
 
-Five algorithms, all over flat blocks of the flattened tensors, summing in float32:
+Six algorithms, all over flat blocks of the flattened tensors, summing in float32:
 
 * ``one_shot``: each rank writes its input into every peer's inbox, one flag exchange, then sums the
   inboxes locally (:mod:`iris.ccl.inbox`). (world - 1) x the data written per rank, as posted stores, and a
   single exchange: lowest latency, the choice for small tensors; its workspace holds 2 x world x the tensor.
 * ``two_shot``: reduce_scatter then all_gather: rank r reads every rank's r-th chunk, sums it, and writes
   the sum into every rank's output. Each rank moves 2 (world - 1) / world x the data: the bandwidth choice.
+* ``two_shot_push``: as two_shot, but each rank writes the chunks its peers own into their inboxes instead of
+  reading them (:mod:`iris.ccl.push_reduce`): every remote access is a posted store. Its workspace holds
+  2 x the tensor.
 * ``ring``: the classic ring (world - 1 reduce-scatter steps then world - 1 all-gather steps, each only to
   the right neighbour), partial sums in a heap scratch buffer. As much data as two_shot but 2 (world - 1)
   dependent steps: for rings of links; on a fully connected NVLink/NVSwitch machine two_shot is never
@@ -43,18 +46,20 @@ import triton
 import triton.language as tl
 
 from ..language.sync import exchange, flag_of, signal, wait_for
+from .chunks import SLOTS as TWO_SHOT_SLOTS
+from .chunks import chunk_size, launch_shape
 from .config import MIN_BLOCK, Config, refuse_gluon
 from .fast_path import call_key, launch, replay
 from .groups import GroupContext, Members, kernel_members
 from .inbox import deliver, inbox_hint, inbox_stride, inbox_workspace, row
 from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
-from .reduce_scatter import SLOTS as TWO_SHOT_SLOTS
-from .reduce_scatter import chunk_size, launch_reduce_chunks, launch_shape
+from .push_reduce import launch_push_reduce, push_workspace
+from .reduce_scatter import launch_reduce_chunks
 from .rules import choose_variant
 from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
 
-IN_PLACE_VARIANTS = ("one_shot", "two_shot", "atomic", "spinlock")
+IN_PLACE_VARIANTS = ("one_shot", "two_shot", "two_shot_push", "atomic", "spinlock")
 ADDED = tl.constexpr(0)  # atomic's flag slot
 
 
@@ -225,7 +230,7 @@ def prepared_workspace(output_tensor, input_tensor, ctx, config: Config, workspa
     n, world = input_tensor.numel(), group_of_call.size
     variant = config.all_reduce_variant or choose_variant(n * input_tensor.element_size(), world)
     block = block_size(ctx, config)
-    if variant == "two_shot":
+    if variant in ("two_shot", "two_shot_push"):
         grid = launch_shape(ctx, input_tensor, config, world)
     elif variant == "ring":
         grid = programs(ctx, config, cdiv(chunk_size(n, world), block))
@@ -240,6 +245,8 @@ def prepared_workspace(output_tensor, input_tensor, ctx, config: Config, workspa
         return inbox_workspace(ctx, workspace, key, grid, input_tensor, group_of_call)
     if variant == "two_shot":
         return reuse_or_allocate(ctx, workspace, key, grid, TWO_SHOT_SLOTS, members=group_of_call)
+    if variant == "two_shot_push":
+        return push_workspace(ctx, workspace, key, input_tensor, group_of_call)
     if variant == "ring":  # scratch: partial sums
         return reuse_or_allocate(ctx, workspace, key, grid, 2 * world - 1, (n, input_tensor.dtype), group_of_call)
     if variant == "spinlock":  # two accumulators, then one lock per tile (int32 over float32's 4 bytes)
@@ -291,8 +298,8 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
         (consecutive or strided ranks, :mod:`iris.ccl.groups`). Each group keeps its own workspace.
     async_op : bool
         False: in stream order after the call, the output is complete and both tensors reusable. True:
-        skip the final flag exchange (two_shot and ring have one); ``workspace.wait()`` (a device barrier)
-        completes the call and must come before the tensors or the workspace are used again.
+        skip the final flag exchange (two_shot, two_shot_push and ring have one); ``workspace.wait()`` (a device
+        barrier) completes the call and must come before the tensors or the workspace are used again.
     config : Config, optional
         ``all_reduce_variant`` picks the algorithm (None: by size, see :func:`choose_variant`).
     workspace : Workspace, optional
@@ -335,6 +342,9 @@ def all_reduce(output_tensor, input_tensor, ctx, op=None, group=None, async_op=F
     elif variant == "two_shot":
         launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, group_of_call, gather=True,
                              wait_done=wait_done, call=call)
+    elif variant == "two_shot_push":
+        launch_push_reduce(ctx, output_tensor, input_tensor, workspace, config, group_of_call, gather=True,
+                           wait_done=wait_done, call=call)
     elif variant == "ring":
         if world == 1:
             output_tensor.copy_(input_tensor)  # a ring of one has no steps

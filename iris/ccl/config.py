@@ -18,7 +18,8 @@ from enum import IntEnum
 
 from triton.language import TRITON_MAX_TENSOR_NUMEL
 
-ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "ring", "atomic", "spinlock")
+ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "two_shot_push", "ring", "atomic", "spinlock")
+REDUCE_SCATTER_VARIANTS = ("two_shot", "push")
 ALL_GATHER_VARIANTS = ("push", "pull")
 UPSTREAM_ALL_GATHER_VARIANTS = ("persistent", "partitioned")  # upstream's tiled kernels: accepted, picked by size
 MIN_BLOCK = 16  # remote accesses are hinted 16-aligned
@@ -59,7 +60,7 @@ class Config:
 
     Parameters
     ----------
-    all_reduce_variant : {None, "one_shot", "two_shot", "ring", "atomic", "spinlock"}
+    all_reduce_variant : {None, "one_shot", "two_shot", "two_shot_push", "ring", "atomic", "spinlock"}
         None: chosen by measurement for this GPU and world size (:mod:`iris.ccl.tuning`), else by size (see
         :func:`iris.ccl.rules.choose_variant`). Every field left None is chosen so; a field set is kept.
     block_size : int, optional
@@ -86,8 +87,9 @@ class Config:
     all_gather_variant : {None, "push", "pull", "persistent", "partitioned"}
         "push" or "pull" picks the algorithm; None and upstream's names pick by size (see
         :func:`iris.ccl.rules.choose_gather_variant`).
-    reduce_scatter_variant : {"two_shot"}
-        The only reduce_scatter algorithm, as upstream.
+    reduce_scatter_variant : {None, "two_shot", "push"}
+        "two_shot" (upstream's only one): each rank reads its chunk from every peer; "push": every rank writes each
+        peer's chunk into that peer's inbox (:mod:`iris.ccl.push_reduce`). None: chosen as ``all_reduce_variant``.
     swizzle_size, num_xcds, chunk_size, all_reduce_distribution, all_reduce_num_rings, all_reduce_ring_slice_n
         Upstream's tuning knobs for AMD's tiled kernels: checked, but without effect here.
     num_stages : int
@@ -117,7 +119,7 @@ class Config:
     comm_sms: int | None = None
     num_warps: int | None = None
     use_gluon: bool = False
-    reduce_scatter_variant: str = "two_shot"
+    reduce_scatter_variant: str | None = None
     swizzle_size: int = 6
     num_xcds: int | None = None
     chunk_size: int | None = None
@@ -160,8 +162,9 @@ class Config:
         if self.all_gather_variant not in (None, *ALL_GATHER_VARIANTS, *UPSTREAM_ALL_GATHER_VARIANTS):
             raise ValueError(f"all_gather_variant={self.all_gather_variant!r}: use one of {ALL_GATHER_VARIANTS} "
                              "or None (chosen by size)")
-        if self.reduce_scatter_variant != "two_shot":
-            raise ValueError(f"reduce_scatter_variant={self.reduce_scatter_variant!r}: only 'two_shot' exists")
+        if self.reduce_scatter_variant not in (None, *REDUCE_SCATTER_VARIANTS):
+            raise ValueError(f"reduce_scatter_variant={self.reduce_scatter_variant!r}: use one of "
+                             f"{REDUCE_SCATTER_VARIANTS} or None (chosen by measurement or size)")
         for name in ("block_size", "block_size_m", "block_size_n", "comm_sms", "num_warps", "num_xcds", "chunk_size",
                      "all_reduce_ring_slice_n", "swizzle_size", "all_reduce_num_rings", "num_stages", "waves_per_eu"):
             value = getattr(self, name)

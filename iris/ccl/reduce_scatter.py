@@ -1,14 +1,19 @@
 """reduce_scatter: rank r sums every rank's r-th chunk of the input into the r-th chunk of its output.
 
-Same shape in and out (as upstream Iris). The flattened tensor of ``n`` elements is cut into ``world``
-contiguous chunks of ``chunk = ceil(n / world)`` elements rounded up to a multiple of 16 (so that chunks
-start 16-element aligned and remote accesses can be wide): rank r owns elements
-``[r * chunk, min((r + 1) * chunk, n))`` (the last ranks' chunks may be shorter or empty). Rank r writes
-exactly its chunk; every other element of its output is left as it was. ``out`` may be ``inp`` (in place):
-no rank reads another rank's chunk of someone else's input.
+Same shape in and out (as upstream Iris). Chunks as :mod:`iris.ccl.chunks` cuts them: rank r owns
+``owned_range(n, r, world)``, writes exactly its chunk and leaves every other element of its output as it was.
+``out`` may be ``inp`` (in place): no rank reads another rank's chunk of someone else's input.
 
-The kernel is also the two_shot all_reduce: with ``GATHER`` each rank then writes its reduced chunk into
-every rank's output.
+Two algorithms (``Config.reduce_scatter_variant``; None: the table's or the tuner's choice, else two_shot):
+
+* ``two_shot`` (this module's kernel, upstream's name): after one flag exchange, each rank reads its chunk from
+  every peer's input and sums it; a second exchange tells the peers that their inputs are free again.
+* ``push`` (:mod:`iris.ccl.push_reduce`): each rank writes the chunks its peers own into their inboxes (posted
+  stores, no round trip per access), one exchange, then each sums its chunk locally. Its workspace holds two
+  copies of the tensor.
+
+The two_shot kernel is also the two_shot all_reduce, and the push kernel the two_shot_push all_reduce: with
+``GATHER`` each rank then writes its reduced chunk into every rank's output.
 
 Examples
 --------
@@ -24,27 +29,16 @@ import triton
 import triton.language as tl
 
 from ..language.sync import exchange
+from .chunks import ARRIVED, DONE, SLOTS, chunk_size, launch_shape, owned_range
 from .config import Config, refuse_gluon
 from .fast_path import call_key, launch, replay
 from .groups import GroupContext, kernel_members
-from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
+from .launch import block_size, check_op, check_tensors, hint, overlaps
+from .push_reduce import launch_push_reduce, push_workspace
 from .tuning import scratch_runner, tuned_config
 from .workspace import reuse_or_allocate
 
-# flag slots: inputs ready; peers done reading (and, with GATHER, writing). Kernels read only constexpr globals.
-ARRIVED, DONE = tl.constexpr(0), tl.constexpr(1)
-SLOTS = 2
-
-
-def chunk_size(n: int, world: int) -> int:
-    """Elements per rank's chunk: ceil(n / world) rounded up to a multiple of 16."""
-    return cdiv(cdiv(n, world), 16) * 16
-
-
-def owned_range(n: int, rank: int, world: int) -> tuple[int, int]:
-    """``[lo, hi)``: the flattened elements ``rank`` reduces (possibly empty)."""
-    chunk = chunk_size(n, world)
-    return min(rank * chunk, n), min((rank + 1) * chunk, n)
+__all__ = ["chunk_size", "launch_reduce_chunks", "owned_range", "reduce_scatter"]
 
 
 @triton.jit
@@ -95,11 +89,6 @@ def launch_reduce_chunks(ctx, out, inp, workspace, config: Config, members, gath
            HINT=hint((inp, 0), (out, 0)), num_warps=config.num_warps)
 
 
-def launch_shape(ctx, inp, config: Config, world: int) -> int:
-    """Programs for reducing one chunk of ``inp`` over ``world`` ranks."""
-    return programs(ctx, config, cdiv(chunk_size(inp.numel(), world), block_size(ctx, config)))
-
-
 def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_op=False, config=None,
                    workspace=None):
     """Sum every rank's ``input_tensor`` and keep this rank's chunk of the sum in ``output_tensor``; collective.
@@ -144,10 +133,15 @@ def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_
                          "tensor (in place) or separate ones")
     config = tuned_config(ctx, "reduce_scatter", config, input_tensor, group_of_call,
                           scratch_runner(ctx, reduce_scatter, output_tensor, input_tensor, group=group)).with_defaults()
-    grid = launch_shape(ctx, input_tensor, config, group_of_call.size)
-    key = ("reduce_scatter", "two_shot", input_tensor.numel(), input_tensor.dtype, grid, block_size(ctx, config),
-           group_of_call.key)
-    workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS, members=group_of_call)
+    variant = config.reduce_scatter_variant or "two_shot"
+    key = ("reduce_scatter", variant, input_tensor.numel(), input_tensor.dtype,
+           launch_shape(ctx, input_tensor, config, group_of_call.size), block_size(ctx, config), group_of_call.key)
+    if variant == "push":
+        workspace = push_workspace(ctx, workspace, key, input_tensor, group_of_call)
+        launch_push_reduce(ctx, output_tensor, input_tensor, workspace, config, group_of_call, gather=False,
+                           wait_done=False, call=call)
+        return workspace
+    workspace = reuse_or_allocate(ctx, workspace, key, key[4], SLOTS, members=group_of_call)
     launch_reduce_chunks(ctx, output_tensor, input_tensor, workspace, config, group_of_call, gather=False,
                          wait_done=not async_op, call=call)
     return workspace

@@ -52,7 +52,7 @@ MARGIN = 0.02
 TUNED_FIELDS = {
     "all_reduce": ("all_reduce_variant", "block_size", "comm_sms", "num_warps"),
     "all_gather": ("all_gather_variant", "block_size", "comm_sms", "num_warps"),
-    "reduce_scatter": ("block_size", "comm_sms", "num_warps"),
+    "reduce_scatter": ("reduce_scatter_variant", "block_size", "comm_sms", "num_warps"),
     "all_to_all": ("block_size_m", "block_size_n", "comm_sms", "num_warps"),
 }
 
@@ -305,7 +305,9 @@ def candidates(ctx, collective: str, config: Config, fixed: dict, nbytes: int, w
     sms = ctx.get_cu_count()
     inbox = ["one_shot"] if use_inbox(nbytes, world) else []
     space = {
-        "all_reduce_variant": rule_first(choose_variant(nbytes, world), inbox + ["two_shot"] + ["ring"] * (world > 2)),
+        "all_reduce_variant": rule_first(choose_variant(nbytes, world),
+                                         inbox + ["two_shot", "two_shot_push"] + ["ring"] * (world > 2)),
+        "reduce_scatter_variant": ["two_shot", "push"],  # two_shot first: the default where nothing was measured
         "all_gather_variant": rule_first(choose_gather_variant(None, nbytes, world), ["push"] * bool(inbox) + ["pull"]),
         "block_size": rule_first(block_size(ctx, Config()), [4096, 2048, 1024, 8192]),
         "comm_sms": sorted({g for g in (sms, sms // 2, sms // 4, 16, 8) if 1 <= g <= sms}, reverse=True),

@@ -12,6 +12,7 @@ import torch
 
 from tests.gpu import WORLD
 from tests.multirank import run_ranks
+from tests.rank_cases_ccl import back_to_back_cases, every_variant_checks
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -21,20 +22,20 @@ CUDA = {"IRIS_TEST_BACKEND": "cuda", "IRIS_BACKEND": "cuda"}
 
 def test_all_reduce_every_variant_odd_shapes_small_blocks():
     results = run_ranks(WORLD, f"{CASES}:all_reduce_every_variant", [[5, 37], [1, 1000]], 32, env=CUDA)
-    assert all(r["checked"] == 2 * 3 * 16 for r in results)  # 6 variants x 2 calls + 4 in place
+    assert all(r["checked"] == 2 * 3 * every_variant_checks(2) for r in results)
 
 
 def test_all_reduce_every_variant_default_launch_shape():
     # 1M + 3 elements: many 4096-element blocks per program, tails, two_shot chunks of unequal length
     shapes = [[1025, 1023], [64, 1024]]
     results = run_ranks(WORLD, f"{CASES}:all_reduce_every_variant", shapes, None, 3, env=CUDA, timeout=600)
-    assert all(r["checked"] == 2 * 3 * 22 for r in results)  # 6 variants x 3 calls + 4 in place
+    assert all(r["checked"] == 2 * 3 * every_variant_checks(3) for r in results)
 
 
 def test_back_to_back_calls_without_host_synchronisation():
-    # 1M + 5 elements over the default launch shapes; 40 calls queued for each of 11 cases
+    # 1M + 5 elements over the default launch shapes; 40 calls queued for each case
     results = run_ranks(WORLD, f"{CASES}:back_to_back", (1 << 20) + 5, 40, env=CUDA)
-    assert all(r["checked"] == 40 * 11 for r in results)
+    assert all(r["checked"] == 40 * back_to_back_cases() for r in results)
 
 
 def test_all_gather_all_to_all_reduce_scatter():
