@@ -23,6 +23,7 @@ Examples
 from __future__ import annotations
 
 import ast
+import atexit
 import bisect
 import contextlib
 import inspect
@@ -47,6 +48,8 @@ FLAG_BYTES = 4096
 FLAG_ALLOCATIONS = 16
 GPU_READ_SECONDS = 1.0
 _ALIGN = 16
+# At exit, how long the engine waits for its answering thread to finish the torch call in hand (see _quiesce).
+QUIESCE_SECONDS = 3.0
 
 _cell: str | None = None  # filename of the cell the main thread runs, None between cells
 
@@ -80,8 +83,42 @@ def start(channel: str, rank: int, ctx, namespace: dict) -> Whereabouts:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address(channel, rank))
     listener.listen(8)
+    _quiesce_at_exit()
     threading.Thread(target=_serve, args=(listener, whereabouts), name="iris-hang-report", daemon=True).start()
     return whereabouts
+
+
+# The answering thread is a daemon, and it calls into torch (its warm-up; an answer locates a heap address).
+# torch's bindings let go of Python's lock during a call and take it back after; a daemon thread that takes it
+# back while the interpreter finalizes is ended there by pthread_exit, whose unwinding through torch's C++ frames
+# (noexcept) calls std::terminate: "terminate called without an active exception", SIGABRT, an engine that
+# was asked to stop ends as if it had crashed. Under load the warm-up (0.3 s on a quiet machine) was still
+# running when a third of the engines of the cluster stress test exited, and 2 of 5 CI runs had a rank abort.
+# So the thread works only while holding _busy, and the engine's exit takes _busy (and keeps it) before the
+# interpreter finalizes: the thread is then blocked in accept() or in acquiring _busy, C code that ends quietly.
+_busy = threading.Lock()
+_closing = threading.Event()  # set at exit: the answering thread starts no more torch work
+_quiesce_registered = False
+
+
+def _quiesce_at_exit() -> None:
+    global _quiesce_registered
+    if not _quiesce_registered:
+        # Registered after the host group's destroy (HostGroup.join, earlier in the engine's set-up), so it runs
+        # before it: atexit runs the last registered first.
+        atexit.register(_quiesce)
+        _quiesce_registered = True
+
+
+def _quiesce(seconds: float = QUIESCE_SECONDS) -> bool:
+    """At exit: wait up to ``seconds`` for the answering thread to finish the torch call in hand, and keep it from
+    starting another. False (said on stderr, the engine's log) when it was still busy: the exit goes on."""
+    _closing.set()
+    if _busy.acquire(timeout=seconds):
+        return True  # never released: no answering thread calls into torch again
+    print(f"workbench: the hang report's thread was still busy {seconds:g} s after the engine began to exit; "
+          "exiting all the same", file=sys.stderr, flush=True)
+    return False
 
 
 def _warm_up() -> None:
@@ -92,6 +129,8 @@ def _warm_up() -> None:
 
     from .widgets import probes  # noqa: F401  (the variable names)
 
+    if _closing.is_set():  # the engine is exiting: nothing to prepare for
+        return
     torch.unravel_index(torch.tensor(0), (1,))
     _is_user("/")
     _in_triton("/")
@@ -116,8 +155,10 @@ def _lock_handed_over_often():
 def _serve(listener: socket.socket, whereabouts: Whereabouts) -> None:
     # Here, not in start(): the engine's set-up need not wait (a question waits in the backlog). A cell that
     # hangs at once competes with the warm-up for the lock, as with an answer.
-    with _lock_handed_over_often():
-        _warm_up()
+    with _busy:
+        if not _closing.is_set():
+            with _lock_handed_over_often():
+                _warm_up()
     while True:
         try:
             connection, _ = listener.accept()
@@ -139,9 +180,12 @@ def _answer(connection: socket.socket, whereabouts: Whereabouts) -> None:
     connection.settimeout(2.0)
     if connection.recv(len(REQUEST)) != REQUEST:
         return
-    with _lock_handed_over_often():
+    with _busy, _lock_handed_over_often():
         try:
-            answer = whereabouts.where()
+            if _closing.is_set():
+                answer = {"rank": whereabouts.rank, "state": "unknown", "detail": "the engine is exiting"}
+            else:
+                answer = whereabouts.where()
         except Exception as exc:  # a bug here must not end the thread: say it instead
             answer = {"rank": whereabouts.rank, "state": "unknown", "detail": f"{type(exc).__name__}: {exc}"}
     connection.sendall(json.dumps(answer, default=str).encode())
