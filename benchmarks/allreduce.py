@@ -62,7 +62,7 @@ from benchmarks.results import environment, write_section  # noqa: E402
 from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config  # noqa: E402
 from iris.ccl.config import REDUCE_SCATTER_VARIANTS  # noqa: E402
 from iris.ccl.inbox import INBOX_BYTES  # noqa: E402
-from iris.ccl.rules import RING_FROM_BYTES, RING_FROM_WORLD  # noqa: E402
+from iris.ccl.rules import ONE_SHOT_BYTES  # noqa: E402
 from iris.perf import replay_time  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -637,9 +637,9 @@ def rules() -> str:
     for variant, limit in {**MAX_BYTES, **PEER_MAX_BYTES}.items():
         by_limit.setdefault(limit, []).append(variant)
     return (f"auto = the default config: this machine's tuning or the shipped table's row for this GPU and world size "
-            f"(iris.ccl.tuning), else the size rule: inboxes (one_shot, push) while each rank's input bytes x (n-1) "
-            f"<= {_size(INBOX_BYTES)} (all_gather: input = size / n); above, all_reduce uses ring from "
-            f"{_size(RING_FROM_BYTES)} on {RING_FROM_WORLD} ranks or more, else two_shot, and all_gather uses pull. "
+            f"(iris.ccl.tuning), else the size rules: all_reduce one_shot while bytes x (n-1)^2 <= "
+            f"{_size(ONE_SHOT_BYTES)}, else two_shot_push; all_gather push while each rank's input bytes x (n-1) "
+            f"<= {_size(INBOX_BYTES)} (input = size / n), else pull. "
             + "; ".join(f"{', '.join(v)} not run above {_size(limit)}" for limit, v in sorted(by_limit.items())) + ".")
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import iris
 from iris.ccl import Config, choose_variant, owned_range
-from iris.ccl.rules import choose_gather_variant
+from iris.ccl.rules import choose_gather_variant, choose_scatter_variant
 
 from .multirank import run_ranks
 from .rank_cases_ccl import back_to_back_cases, every_variant_checks
@@ -56,9 +56,12 @@ def test_config_checks_its_fields():
 
 def test_size_rule_and_reduce_scatter_ownership():
     assert choose_variant(256 << 10, 2) == "one_shot"
-    assert choose_variant(4 << 20, 2) == "one_shot" and choose_variant((4 << 20) + 2, 2) == "two_shot"
-    assert choose_variant(1 << 20, 8) == "two_shot"
-    assert choose_variant(64 << 20, 4) == "ring" and choose_variant(64 << 20, 3) == "two_shot"
+    assert choose_variant(4 << 20, 2) == "one_shot" and choose_variant((4 << 20) + 2, 2) == "two_shot_push"
+    assert choose_variant(256 << 10, 4) == "one_shot" and choose_variant(1 << 20, 4) == "two_shot_push"
+    assert choose_variant(1 << 20, 8) == "two_shot_push" and choose_variant(64 << 20, 3) == "two_shot_push"
+    assert choose_scatter_variant(None, 16 << 20, 4) == "push"
+    assert choose_scatter_variant(None, 64 << 20, 2) == "two_shot"
+    assert choose_scatter_variant("two_shot", 8, 2) == "two_shot"
     assert choose_gather_variant(None, 4 << 20, 2) == "push" and choose_gather_variant(None, 2 << 20, 4) == "pull"
     assert choose_gather_variant("partitioned", 1024, 2) == "push" and choose_gather_variant("pull", 8, 2) == "pull"
     ranges = [owned_range(185, r, 3) for r in range(3)]

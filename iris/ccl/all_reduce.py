@@ -24,8 +24,9 @@ Six algorithms, all over flat blocks of the flattened tensors, summing in float3
   flattened), one lock each; a workspace holds locks for the tiles it was prepared for, and a call that
   needs more is refused ("Lock array too small"), as upstream: prepare it with the smallest tiles you use.
 
-Size rule (``Config(all_reduce_variant=None)``, :func:`choose_variant`): one_shot while the bytes each rank
-writes, ``nbytes * (world - 1)``, are at most 4 MiB; above, ring from 16 MiB on 4 ranks or more, else two_shot.
+Size rule (``Config(all_reduce_variant=None)`` where no table row or tuning chose, :func:`choose_variant`):
+one_shot while ``nbytes * (world - 1) ** 2`` is at most 4 MiB (4 MiB on 2 ranks, 455 KiB on 4), else
+two_shot_push.
 
 Every algorithm ends (``async_op=False``) with the ranks knowing that no peer still reads their input or
 writes their output, so both may be reused at once in stream order (one_shot needs no exchange for that:

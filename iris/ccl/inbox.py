@@ -37,11 +37,10 @@ def use_inbox(nbytes: int, world: int) -> bool:
     """Whether an input of ``nbytes`` per rank goes through inboxes: ``nbytes * (world - 1) <= 4 MiB``, the
     bytes each rank writes into its peers' inboxes.
 
-    The cap comes from all_reduce, measured on H200s (2026-11-21, benchmarks/RESULTS.md): one_shot beat
-    two_shot up to 4 MiB on 2 GPUs (bf16 4 MiB: 17.6 against 18.8 µs) and lost at the next size measured
-    (16 MiB: 63.0 against 58.0 µs); on 4 GPUs it tied two_shot at 1 MiB (14.6 against 15.0 µs) and lost
-    at 4 MiB (44.9 against 33.1). all_gather's push stays ahead of pull a little beyond the cap (bf16
-    output of 16 MiB on 2 GPUs: 34.4 against 35.7 µs) and falls behind from 64 MiB; one cap serves both.
+    The cap was measured with all_reduce on H200s (2026-11-21): one_shot beat two_shot up to 4 MiB written on 2 and
+    4 GPUs. all_gather's push keeps it (ahead of pull a little beyond it: bf16 output of 16 MiB on 2 GPUs, 34.4
+    against 35.7 µs; behind from 64 MiB); all_reduce's one_shot now stops earlier on more ranks, where
+    two_shot_push wins (:func:`iris.ccl.rules.choose_variant`).
 
     Examples
     --------

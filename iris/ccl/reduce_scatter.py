@@ -4,7 +4,8 @@ Same shape in and out (as upstream Iris). Chunks as :mod:`iris.ccl.chunks` cuts 
 ``owned_range(n, r, world)``, writes exactly its chunk and leaves every other element of its output as it was.
 ``out`` may be ``inp`` (in place): no rank reads another rank's chunk of someone else's input.
 
-Two algorithms (``Config.reduce_scatter_variant``; None: the table's or the tuner's choice, else two_shot):
+Two algorithms (``Config.reduce_scatter_variant``; None: the table's or the tuner's choice, else the size rule,
+:func:`iris.ccl.rules.choose_scatter_variant`):
 
 * ``two_shot`` (this module's kernel, upstream's name): after one flag exchange, each rank reads its chunk from
   every peer's input and sums it; a second exchange tells the peers that their inputs are free again.
@@ -35,6 +36,7 @@ from .fast_path import call_key, launch, replay
 from .groups import GroupContext, kernel_members
 from .launch import block_size, check_op, check_tensors, hint, overlaps
 from .push_reduce import launch_push_reduce, push_workspace
+from .rules import choose_scatter_variant
 from .tuning import scratch_runner, tuned_config
 from .workspace import reuse_or_allocate
 
@@ -133,7 +135,8 @@ def reduce_scatter(output_tensor, input_tensor, ctx, op=None, group=None, async_
                          "tensor (in place) or separate ones")
     config = tuned_config(ctx, "reduce_scatter", config, input_tensor, group_of_call,
                           scratch_runner(ctx, reduce_scatter, output_tensor, input_tensor, group=group)).with_defaults()
-    variant = config.reduce_scatter_variant or "two_shot"
+    variant = choose_scatter_variant(config.reduce_scatter_variant, input_tensor.numel() * input_tensor.element_size(),
+                                     group_of_call.size)
     key = ("reduce_scatter", variant, input_tensor.numel(), input_tensor.dtype,
            launch_shape(ctx, input_tensor, config, group_of_call.size), block_size(ctx, config), group_of_call.key)
     if variant == "push":

@@ -1,12 +1,13 @@
 """The size rules: which algorithm a collective runs where no table row, tuning or caller chose one.
 
 Measured rules, below the collectives that apply them and the tuner that starts its search from them
-(:mod:`iris.ccl.tuning`), so that neither imports the other.
+(:mod:`iris.ccl.tuning`), so that neither imports the other. On the GPUs measured the shipped tables decide
+(``iris/ccl/tables``); these rules serve the others, and the first candidate of every tuning.
 
 Examples
 --------
->>> choose_variant(4 << 20, 2), choose_gather_variant(None, 64 << 20, 2)
-('one_shot', 'pull')
+>>> choose_variant(4 << 20, 2), choose_variant(1 << 20, 4), choose_gather_variant(None, 64 << 20, 2)
+('one_shot', 'two_shot_push', 'pull')
 """
 
 from __future__ import annotations
@@ -14,27 +15,45 @@ from __future__ import annotations
 from .config import ALL_GATHER_VARIANTS
 from .inbox import use_inbox
 
-RING_FROM_BYTES, RING_FROM_WORLD = 16 << 20, 4  # ring for large tensors on 4 ranks or more, else two_shot
+ONE_SHOT_BYTES = 4 << 20  # one_shot while nbytes * (world - 1) ** 2 is at most this (see choose_variant)
+PUSH_SCATTER_BYTES = 16 << 20  # reduce_scatter pushes up to this input size (see choose_scatter_variant)
 
 
 def choose_variant(nbytes: int, world: int) -> str:
-    """The size rule: one_shot while ``nbytes * (world - 1) <= 4 MiB`` (:func:`iris.ccl.inbox.use_inbox`);
-    above, ring from 16 MiB on 4 ranks or more, else two_shot.
+    """The all_reduce rule: one_shot while ``nbytes * (world - 1) ** 2 <= 4 MiB``, else two_shot_push.
 
-    Measured on H200s (2026-11-21, benchmarks/RESULTS.md): on 4 GPUs ring beat two_shot from 64 MiB (fp32
-    1 GiB: 336 against 319 GB/s bus bandwidth) and was within 6% of it at 16 MiB (faster in fp32, slower in
-    bf16); on 2 GPUs two_shot was as fast or faster at every size above one_shot's.
+    Measured on H200s (2026-11-28, benchmarks/RESULTS.md "Tuned collectives" and "allreduce against every peer"):
+    on 2 GPUs one_shot won up to 4 MiB (bf16 4 MiB: 17.6 against 18.2 µs for two_shot_push) and two_shot_push from
+    16 MiB (54.0 against two_shot's 57.9 and one_shot's 62.8); on 4 GPUs one_shot won at 256 KiB (7.3 against 8.2)
+    and lost at 1 MiB (14.6 against 12.1), and two_shot_push beat two_shot and ring at every size from 1 MiB to
+    256 MiB (16 MiB: 78.7 against 91.1 and 96.8). The square puts the crossover at 4 MiB on 2 ranks and 455 KiB on
+    4 (vLLM switches at 512 KiB on 4 ranks); on 8 ranks (85 KiB) it is extrapolated, not measured.
 
     Examples
     --------
-    >>> choose_variant(4 << 20, 2), choose_variant(1 << 20, 8), choose_variant(64 << 20, 2)
-    ('one_shot', 'two_shot', 'two_shot')
-    >>> choose_variant(64 << 20, 4)
-    'ring'
+    >>> choose_variant(256 << 10, 4), choose_variant(64 << 20, 2), choose_variant(1 << 20, 1)
+    ('one_shot', 'two_shot_push', 'one_shot')
     """
-    if use_inbox(nbytes, world):
+    if nbytes * max(world - 1, 1) ** 2 <= ONE_SHOT_BYTES:  # within the inboxes' cap too (use_inbox)
         return "one_shot"
-    return "ring" if world >= RING_FROM_WORLD and nbytes >= RING_FROM_BYTES else "two_shot"
+    return "two_shot_push"
+
+
+def choose_scatter_variant(requested: str | None, nbytes: int, world: int) -> str:
+    """The reduce_scatter algorithm: ``requested`` if given, else push up to 16 MiB of input, then two_shot.
+
+    Measured on H200s (2026-11-28): push won from 8 KiB to 16 MiB on 2 and 4 GPUs (bf16 256 KiB: 4.8 against 7.4 µs
+    on 2, 5.2 against 6.3 on 4) and two_shot from 64 MiB (no extra traffic to wait for, and no inbox of twice the
+    tensor).
+
+    Examples
+    --------
+    >>> choose_scatter_variant(None, 1 << 20, 4), choose_scatter_variant(None, 64 << 20, 4)
+    ('push', 'two_shot')
+    """
+    if requested is not None:
+        return requested
+    return "push" if nbytes <= PUSH_SCATTER_BYTES else "two_shot"
 
 
 def choose_gather_variant(requested: str | None, nbytes: int, world: int) -> str:

@@ -297,7 +297,7 @@ def candidates(ctx, collective: str, config: Config, fixed: dict, nbytes: int, w
     another is faster by :data:`MARGIN`."""
     from .inbox import use_inbox
     from .launch import block_size
-    from .rules import choose_gather_variant, choose_variant
+    from .rules import choose_gather_variant, choose_scatter_variant, choose_variant
 
     def rule_first(rule, others):
         return [rule] + [value for value in others if value != rule]
@@ -307,7 +307,7 @@ def candidates(ctx, collective: str, config: Config, fixed: dict, nbytes: int, w
     space = {
         "all_reduce_variant": rule_first(choose_variant(nbytes, world),
                                          inbox + ["two_shot", "two_shot_push"] + ["ring"] * (world > 2)),
-        "reduce_scatter_variant": ["two_shot", "push"],  # two_shot first: the default where nothing was measured
+        "reduce_scatter_variant": rule_first(choose_scatter_variant(None, nbytes, world), ["two_shot", "push"]),
         "all_gather_variant": rule_first(choose_gather_variant(None, nbytes, world), ["push"] * bool(inbox) + ["pull"]),
         "block_size": rule_first(block_size(ctx, Config()), [4096, 2048, 1024, 8192]),
         "comm_sms": sorted({g for g in (sms, sms // 2, sms // 4, 16, 8) if 1 <= g <= sms}, reverse=True),

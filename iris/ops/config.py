@@ -44,7 +44,7 @@ class FusedConfig:
     allow_tf32 : bool
         Upstream's TF32 switch for its float32 ``tl.dot``; without effect here: float32 GEMMs follow torch's
         ``torch.backends.cuda.matmul.allow_tf32``.
-    all_reduce_variant : {None, "atomic", "ring", "one_shot", "two_shot", "spinlock"}
+    all_reduce_variant : {None, "atomic", "ring", "one_shot", "two_shot", "two_shot_push", "spinlock"}
         matmul_all_reduce's all-reduce algorithm: :func:`iris.ccl.all_reduce`'s variant of that name, run after
         the GEMM on the sequential path (a named variant makes ``variant="auto"`` take it). None (ours; upstream's
         default is ``"two_shot"``): chosen by size, or the chunked path's own reduction on GPUs. ``"spinlock"``
