@@ -360,8 +360,9 @@ def best_peer(times: dict) -> tuple[str, float] | None:
     return name, ran[name]
 
 
-def bench_all_gather(ctx, nbytes: int, dtype, rounds: int = ROUNDS) -> dict:
-    """{name: (µs, captured)} for NCCL's all_gather_into_tensor, ours by the size rule ("auto") and each variant."""
+def bench_all_gather(ctx, nbytes: int, dtype, rounds: int = ROUNDS, gluon: bool = True) -> dict:
+    """{name: (µs, captured)} for NCCL's all_gather_into_tensor, ours by the size rule ("auto") and each variant (and
+    the Gluon kernel, with ``gluon``)."""
     world = ctx.num_ranks
     n = nbytes // torch.tensor([], dtype=dtype).element_size() // world
     inp = ctx.randn(n, dtype=dtype)
@@ -369,7 +370,7 @@ def bench_all_gather(ctx, nbytes: int, dtype, rounds: int = ROUNDS) -> dict:
     nccl_out = torch.empty_like(out)
     calls = calls_per_graph(nbytes)
     times = {"NCCL": median_of(lambda: dist.all_gather_into_tensor(nccl_out, inp), rounds, calls)}
-    for variant in ("auto", *ALL_GATHER_VARIANTS, "gluon"):
+    for variant in ("auto", *ALL_GATHER_VARIANTS, *["gluon"] * gluon):
         if nbytes > MAX_BYTES.get(variant, nbytes):
             continue
         config = Config(use_gluon=True) if variant == "gluon" else Config(
@@ -407,7 +408,7 @@ def bench_reduce_scatter(ctx, nbytes: int, dtype, rounds: int = ROUNDS) -> dict:
     return times
 
 
-def bench_all_to_all(ctx, nbytes: int, dtype, rounds: int = ROUNDS) -> dict:
+def bench_all_to_all(ctx, nbytes: int, dtype, rounds: int = ROUNDS, gluon: bool = True) -> dict:
     """{name: (µs, captured)} for NCCL's all_to_all_single and ours, Triton ("auto": the default config) and Gluon;
     ``nbytes``: each rank's input, rows of ``ALL_TO_ALL_ROW`` elements."""
     rows = max(1, nbytes // torch.tensor([], dtype=dtype).element_size() // ALL_TO_ALL_ROW)
@@ -416,7 +417,7 @@ def bench_all_to_all(ctx, nbytes: int, dtype, rounds: int = ROUNDS) -> dict:
     nccl_out = torch.empty_like(inp)
     calls = calls_per_graph(nbytes)
     times = {"NCCL": median_of(lambda: dist.all_to_all_single(nccl_out, inp), rounds, calls)}
-    for name, config in (("auto", Config()), ("gluon", Config(use_gluon=True))):
+    for name, config in (("auto", Config()), ("gluon", Config(use_gluon=True)))[:1 + gluon]:
         workspace = iris.ccl.all_to_all(out, inp, ctx, config=config)
         times[name] = median_of(
             lambda c=config, w=workspace: iris.ccl.all_to_all(out, inp, ctx, config=c, workspace=w), rounds, calls)
@@ -676,11 +677,18 @@ def main() -> None:
         if ctx.cur_rank == 0:
             report_gluon(gather_rows, all_to_all_rows, world)
     elif args.others:
-        rows = {"all_gather bf16": {s: bench_all_gather(ctx, s, torch.bfloat16, args.rounds) for s in OTHER_SIZES},
-                "reduce_scatter bf16": {s: bench_reduce_scatter(ctx, s, torch.bfloat16, args.rounds)
-                                        for s in OTHER_SIZES},
-                "all_to_all bf16": {s: bench_all_to_all(ctx, s, torch.bfloat16, args.rounds)
-                                    for s in ALL_TO_ALL_SIZES}}
+        rows = {}
+        for name, bench, sizes in (("all_gather bf16", bench_all_gather, OTHER_SIZES),
+                                   ("reduce_scatter bf16", bench_reduce_scatter, OTHER_SIZES),
+                                   ("all_to_all bf16", bench_all_to_all, ALL_TO_ALL_SIZES)):
+            rows[name] = {}
+            for size in sizes:
+                # without the Gluon columns (--gluon has them): at 2 ranks the call stopped at all_to_all 16 MiB,
+                # after over 100 s there with them (2x H200, 2026-11-28), which the Triton kernel's tuning does not take
+                options = {} if bench is bench_reduce_scatter else {"gluon": False}
+                rows[name][size] = bench(ctx, size, torch.bfloat16, args.rounds, **options)
+                if ctx.cur_rank == 0:  # as it goes: a run cut short still says what it measured
+                    print(f"{name} {_size(size)}: {rows[name][size]}", flush=True)
         if ctx.cur_rank == 0:
             report_others(rows, world, args.rounds)
     elif args.eager:
