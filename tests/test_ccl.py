@@ -97,6 +97,14 @@ def test_back_to_back_calls_without_host_synchronisation():
     assert all(r["checked"] == 5 * back_to_back_cases() for r in results)
 
 
+def test_eight_ranks_every_variant_back_to_back():
+    # Issue 44: the collectives take any world size. 8 CPU ranks (what a GPU machine of 8 runs): every all_reduce,
+    # all_gather and reduce_scatter variant, two calls each queued without host synchronisation, 37 elements in
+    # 16-element blocks (chunks of 16, 16, 5 and empty ones: reduce_scatter's and two_shot_push's tails).
+    results = run_ranks(8, f"{CASES}:back_to_back", 37, 2, 16, timeout=300)
+    assert all(r["checked"] == 2 * back_to_back_cases() for r in results)
+
+
 def test_repeated_calls_replay_without_the_host_path():
     results = run_ranks(2, f"{CASES}:repeated_calls_replay", 100, timeout=240)
     assert all("shape" in r["message"] and "rank " in r["message"] for r in results)
