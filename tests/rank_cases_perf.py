@@ -149,3 +149,16 @@ def shared_gpu_refused() -> dict:
     ctx.barrier()
     return {"refused": refused, "notes": list(allowed.notes), "mode": allowed.results[0].mode,
             "ceilings": allowed.ceilings is not None}
+
+
+def sweep_on_gpu() -> dict:
+    """``iris.perf.sweep`` of all_reduce on GPUs, one rank each: every peer this torch has is timed beside iris (those
+    it lacks are named), and reduce_scatter's sweep names the variant that ran."""
+    ctx = iris.iris("1GiB", backend="cuda")
+    reduce = iris.perf.sweep(ctx, "all_reduce", sizes=[8 << 10, 4 << 20])
+    scatter = iris.perf.sweep(ctx, "reduce_scatter", sizes=[64 << 10])
+    ctx.barrier()
+    return {"peers": sorted({peer for point in reduce.points for peer in point.peers_us}),
+            "unavailable": dict(reduce.peers_unavailable), "text": str(reduce),
+            "ran": [point.ran["variant"] for point in reduce.points], "scatter_ran": scatter.points[0].ran["variant"],
+            "scatter_peers": sorted(scatter.points[0].peers_us)}

@@ -86,8 +86,9 @@ def bench(candidates, flops=None, bytes=None, peer_bytes=None, *, timeout: float
 
 def sweep(collective: str = "all_reduce", sizes=None, dtype="bfloat16", peers: bool = True, *,
           timeout: float | None = None):
-    """Time one collective of ``ctx.ccl`` over sizes on every rank of the current workbench, beside
-    torch.distributed's (NCCL on GPUs, gloo on the CPU), and show what ran at each size and why.
+    """Time one collective of ``ctx.ccl`` over sizes on every rank of the current workbench, beside its peers
+    (torch.distributed's over NCCL on GPUs, gloo on the CPU; for all_reduce on GPUs also NCCL's symmetric kernels and
+    torch symmetric memory's one_shot and two_shot, :mod:`iris.perf.peers`), and show what ran at each size and why.
 
     Parameters
     ----------
@@ -96,7 +97,7 @@ def sweep(collective: str = "all_reduce", sizes=None, dtype="bfloat16", peers: b
         Bytes per call (default: 8 KiB to 64 MiB on GPUs, a few KiB on the CPU interpreter).
     dtype : torch.dtype or str
     peers : bool
-        Time torch.distributed's collective beside it.
+        Time the peers beside it.
     timeout : float, optional
         Seconds before the ranks are interrupted (default: the workbench's cell timeout).
 

@@ -91,7 +91,8 @@ def bench(candidates, flops=None, bytes=None, peer_bytes=None, **options):  # no
 
 def sweep(collective: str = "all_reduce", sizes=None, dtype="bfloat16", peers: bool = True, *,
           timeout: float | None = None):
-    """One collective of ``ctx.ccl`` over sizes at this world size, beside torch.distributed's: a
+    """One collective of ``ctx.ccl`` over sizes at this world size, beside its peers (NCCL; for all_reduce on GPUs
+    also NCCL's symmetric kernels and torch symmetric memory's): a
     :class:`~workbench.widgets.sweep_view.SweepView` (per size what ran and what chose it, µs, bus GB/s against the
     link; static form included). See :func:`workbench.bench_view.sweep` and :func:`iris.perf.sweep`.
 

@@ -1,6 +1,10 @@
-"""One collective over sizes at this world size, beside torch.distributed's: at each size, what ``ctx.ccl`` ran (its
-variant, grid and block), where that choice came from (this machine's tuning, the shipped table, the size rules),
-its time, and its bus bandwidth against the peer link's ceiling. What the workbench's sweep view draws.
+"""One collective over sizes at this world size, beside its peers: at each size, what ``ctx.ccl`` ran (its variant,
+grid and block), where that choice came from (this machine's tuning, the shipped table, the size rules), its time,
+and its bus bandwidth against the peer link's ceiling. What the workbench's sweep view draws.
+
+The peers: torch.distributed's collective over NCCL on GPUs (gloo on the CPU), and for all_reduce on GPUs every peer
+of :mod:`iris.perf.peers` (NCCL's symmetric kernels, torch symmetric memory's one_shot and two_shot) that this torch
+and machine have; the report names those they lack.
 
 Timed as CUDA-graph replays with every rank in step (the slowest rank's time) on GPUs; on the CPU interpreter with a
 host clock, and the report says those times mean nothing for speed.
@@ -22,6 +26,7 @@ import torch.distributed as dist
 from ..base.gpu_specs import find as find_gpu_spec
 from ..ccl import Config, tuning
 from ..ccl.groups import members as members_of
+from .peers import PEERS, Peers
 
 KiB, MiB = 1 << 10, 1 << 20
 GPU_SIZES = (8 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB)
@@ -61,6 +66,7 @@ class SweepReport:
     link_gbs: float | None
     link: str | None
     points: tuple
+    peers_unavailable: dict = field(default_factory=dict)
 
     def bus_gbs(self, us: float, nbytes: int) -> float:
         """Bus bandwidth in GB/s of a call of ``nbytes`` taking ``us``."""
@@ -83,7 +89,8 @@ class SweepReport:
 
     def headline(self) -> str:
         link = f"; peer link {self.link} {self.link_gbs:g} GB/s a direction" if self.link_gbs else ""
-        return (f"{self.collective}, {self.dtype}, {self.world} ranks ({self.device}), {self.timing}{link}"
+        missing = "".join(f"; no {peer} here ({why})" for peer, why in self.peers_unavailable.items())
+        return (f"{self.collective}, {self.dtype}, {self.world} ranks ({self.device}), {self.timing}{link}{missing}"
                 + ("" if self.meaningful else ": these times mean nothing for speed"))
 
     def __str__(self) -> str:
@@ -157,6 +164,24 @@ def torch_peer(ctx, collective: str, out: torch.Tensor, inp: torch.Tensor):
     return label, calls[collective]
 
 
+def all_reduce_peers_us(ctx, inp: torch.Tensor, calls: int, group, unavailable: dict) -> dict:
+    """{peer: µs per call} of every all_reduce peer this torch and machine have (:class:`iris.perf.peers.Peers`, over
+    the sweep's NCCL group), on copies of ``inp``; those they lack go into ``unavailable`` with the reason."""
+    if "nccl" not in _torch_groups:
+        _torch_groups["nccl"] = dist.new_group(backend="nccl")
+    peers, times = Peers(_torch_groups["nccl"]), {}
+    peers.unavailable.update(unavailable)  # a peer missing at one size is not tried again
+    for name in PEERS:
+        peer = peers.make(name, inp)
+        if peer is None:
+            continue
+        peer.load()
+        times[name] = tuning.time_us(peer.call, calls, group, True)
+        peer.release()
+    unavailable.update(peers.unavailable)
+    return times
+
+
 def sweep(ctx, collective: str = "all_reduce", sizes=None, dtype: torch.dtype = torch.bfloat16,
           peers: bool = True) -> SweepReport:
     """Time ``ctx.ccl.<collective>`` at each size, beside torch.distributed's (``peers``); collective.
@@ -169,8 +194,7 @@ def sweep(ctx, collective: str = "all_reduce", sizes=None, dtype: torch.dtype = 
         Bytes per call (see :class:`SweepPoint`); default :data:`GPU_SIZES` on GPUs, :data:`CPU_SIZES` on the CPU.
     dtype : torch.dtype
     peers : bool
-        Time torch.distributed's collective too (NCCL on GPUs, gloo on the CPU); not where ranks share a GPU, which
-        NCCL refuses.
+        Time the peers too (see the module); not where ranks share a GPU, which NCCL refuses.
 
     Returns
     -------
@@ -188,7 +212,7 @@ def sweep(ctx, collective: str = "all_reduce", sizes=None, dtype: torch.dtype = 
     why_not = tuning.timings_mean_nothing(ctx, members)
     # NCCL refuses two ranks on one GPU: ranks sharing GPUs time iris alone (and the report says its times are moot)
     peers = peers and not (on_gpu and why_not is not None)
-    points = []
+    points, unavailable = [], {}
     for nbytes in sizes:
         out, inp = tensors(ctx, collective, nbytes, dtype, world)
         call = getattr(ctx.ccl, collective)
@@ -198,7 +222,9 @@ def sweep(ctx, collective: str = "all_reduce", sizes=None, dtype: torch.dtype = 
         calls = 10 if nbytes <= MiB else 1
         us = tuning.time_us(lambda call=call, out=out, inp=inp: call(out, inp), calls, group, on_gpu)
         peers_us = {}
-        if peers:
+        if peers and on_gpu and collective == "all_reduce":
+            peers_us = all_reduce_peers_us(ctx, inp, calls, group, unavailable)
+        elif peers:
             label, peer = torch_peer(ctx, collective, out, inp)
             peers_us[label] = tuning.time_us(peer, calls, group, on_gpu)
         points.append(SweepPoint(nbytes, ran, source, us, peers_us))
@@ -207,5 +233,5 @@ def sweep(ctx, collective: str = "all_reduce", sizes=None, dtype: torch.dtype = 
                        torch.cuda.get_device_name(ctx.get_device()) if on_gpu else "CPU interpreter",
                        "CUDA-graph replays, slowest rank" if on_gpu else "host clock, slowest rank",
                        why_not is None, spec.peer_gbs if spec else None, spec.peer_link if spec else None,
-                       tuple(points))
+                       tuple(points), unavailable)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from iris.perf.peers import PEERS
 from tests.gpu import WORLD
 from tests.multirank import run_ranks
 
@@ -48,6 +49,17 @@ def test_graph_where_capturable_eager_where_not():
         assert result["preamble_mode"] == "graph"
         assert "could not be captured in a CUDA graph" in result["strict"] and "graph=True" in result["strict"]
         assert result["sum_ok"]
+
+
+@one_per_gpu
+def test_sweep_times_every_all_reduce_peer_beside_iris():
+    results = run_ranks(WORLD, f"{CASES}:sweep_on_gpu", env=CUDA, timeout=300)
+    for result in results:
+        # every peer of iris.perf.peers is either timed or named with the reason it is missing
+        assert set(result["peers"]) | set(result["unavailable"]) == set(PEERS), result["text"]
+        assert "NCCL" in result["peers"] and "torch two_shot" in result["peers"], result["text"]
+        assert result["ran"][0] == "one_shot" and result["scatter_ran"] in ("two_shot", "push")
+        assert result["scatter_peers"] == ["NCCL"]
 
 
 def test_ranks_sharing_a_gpu_are_refused():
