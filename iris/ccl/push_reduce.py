@@ -2,11 +2,12 @@
 owner sums its chunk locally. With ``GATHER`` the owner then writes its sum into every rank's output: the
 ``two_shot_push`` all_reduce.
 
-The two_shot kernel (:mod:`iris.ccl.reduce_scatter`) reads the peers' chunks: a remote load waits a link round
-trip for its data, so a program keeps only a few blocks in flight and the reads, not the links, set the pace
-(4xH200, 2026-11-28: two_shot at 4 MiB took 35 µs for 3 MiB read and 3 MiB written per rank). Here every remote
-access is a posted store, as in one_shot's inboxes (:mod:`iris.ccl.inbox`), while each rank still moves only
-``2 (world - 1) / world`` of the tensor (one_shot moves ``world - 1`` times it).
+The two_shot kernel (:mod:`iris.ccl.reduce_scatter`) reads the peers' chunks, and a remote load waits a link round
+trip for its data. Here every remote access is a posted store, as in one_shot's inboxes (:mod:`iris.ccl.inbox`),
+while each rank still moves only ``2 (world - 1) / world`` of the tensor (one_shot moves ``world - 1`` times it).
+Measured on 4x H200 (2026-11-28, bf16, benchmarks/RESULTS.md): all_reduce at 4 MiB 25.1 µs against two_shot's 27.2,
+at 16 MiB 78.7 against 88.9; reduce_scatter at 256 KiB 5.0 µs against 8.2. From 64 MiB two_shot's reduce_scatter is
+faster again (167.8 against 207.1 µs): the size rules switch there (:mod:`iris.ccl.rules`).
 
 Chunks are reduce_scatter's (:mod:`iris.ccl.chunks`): rank r owns elements
 ``[r * chunk, min((r + 1) * chunk, n))``. The inbox is ``[2, world, chunk]`` elements, double-buffered by call
