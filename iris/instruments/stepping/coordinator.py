@@ -26,6 +26,7 @@ import socket
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from .order import Order, OrderDiverged
@@ -89,7 +90,10 @@ class Coordinator:
         self._own_folder = folder is None
         self.folder = folder or tempfile.mkdtemp(prefix="iris-step-")
         os.chmod(self.folder, 0o700)
-        self.address = os.path.join(self.folder, "coordinator")
+        # A name of its own per run: a rank whose engine starts an earlier, stopped run's cell late (a loaded machine)
+        # must not reach this run's coordinator in the same folder and be stepped as this run's rank (seen once in
+        # CI: a rank "at the end of its cell" while its other cell had not started); it finds no socket and fails.
+        self.address = os.path.join(self.folder, f"coordinator-{uuid.uuid4().hex[:12]}")
         self.ranks = [RankState(rank) for rank in range(world_size)]
         self.order = Order()
         self.transcript = Transcript()
@@ -332,7 +336,12 @@ class Coordinator:
                     self._changed.notify_all()
                     return
                 if "hello" in message:
-                    state = self.ranks[message["hello"]["rank"]]
+                    claimed = self.ranks[message["hello"]["rank"]]
+                    if claimed.channel is not None:  # a second gate for one rank: never this run's, let it go
+                        channel.send({"stop": f"rank {claimed.rank} is already in this stepped run"})
+                        channel.close()
+                        return
+                    state = claimed
                     state.channel, state.pid = channel, message["hello"]["pid"]
                 elif "bytes" in message:
                     self._replies[message["id"]] = base64.b64decode(message["bytes"])

@@ -12,7 +12,7 @@ between steps.
 
 Examples
 --------
->>> with stepped(ctx, "/tmp/iris-step-x/coordinator"):       # doctest: +SKIP
+>>> with stepped(ctx, "/tmp/iris-step-x/coordinator-1f2e3d4c5b6a"):       # doctest: +SKIP
 ...     put_to_next[(1,)](data, ctx.cur_rank, ctx.num_ranks, ctx.get_heap_bases())
 """
 
