@@ -23,11 +23,11 @@ NEWEST_STACK_TESTS=(
 )
 
 # Stage 1's modules that go to lane 1, after stage 2 (the lesson files in .cache/executed are written by both
-# stages' test_notebooks.py and read by test_site.py: one lane, in order); about a third of stage 1's time, chosen
-# from both lanes' --durations so that they end together (2026-11-28, from a fresh clone: lane 1 after 13 min 20 s
-# less a 60 s flake, lane 2 after 12 min 56 s; test_main_job.py, 13 s, then went to lane 2).
+# stages' test_notebooks.py and read by test_site.py: one lane, in order); about a third of stage 1's time: with
+# stage 2 and the installs, the lanes end within a minute of each other (2026-11-28, fresh clones; the run is
+# CPU-bound, so which lane ends last changes from run to run).
 LANE1_TESTS=(
-  tests/test_notebooks.py tests/test_site.py tests/test_browser.py tests/test_hang_report.py
+  tests/test_notebooks.py tests/test_site.py tests/test_browser.py tests/test_main_job.py tests/test_hang_report.py
   tests/test_widgets.py tests/test_timeline.py tests/test_workbench_races.py tests/test_stepper_view.py
 )
 
