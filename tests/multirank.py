@@ -52,7 +52,10 @@ class RankProcess:
 
 
 # Variables that start_ranks sets per rank or per run: not read at import (a zygote serves any values of them).
-_PER_RUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "IRIS_TEST_RESULT")
+# PYTEST_CURRENT_TEST too: pytest sets it to each test's name, so with it in the key every test started a zygote of
+# its own (torch, triton and iris imported again, and kept alive to the session's end: 41 zygotes in one lane).
+_PER_RUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "IRIS_TEST_RESULT",
+            "PYTEST_CURRENT_TEST")
 
 
 def _gpu_visible() -> bool:
