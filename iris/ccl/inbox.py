@@ -79,6 +79,13 @@ def inbox_numel(n: int, world: int) -> int:
 
 
 @triton.jit
+def call_half(inbox, epoch, world, stride):
+    """Call ``epoch``'s half of an inbox double-buffered by call parity, ``[2, world, stride]`` elements (64-bit
+    offsets: big inboxes)."""
+    return inbox + tl.multiple_of((epoch % 2).to(tl.int64) * world * stride, 16)
+
+
+@triton.jit
 def deliver(ctx, inp, inbox, flags, epoch, n, stride, pid, num_programs, BLOCK: tl.constexpr,
             HINT: tl.constexpr):
     """Write this program's blocks of ``inp`` into every peer's inbox row, wait until every peer's have come.
@@ -88,7 +95,7 @@ def deliver(ctx, inp, inbox, flags, epoch, n, stride, pid, num_programs, BLOCK: 
     """
     rank: tl.constexpr = ctx.rank
     world: tl.constexpr = ctx.world_size
-    box = inbox + tl.multiple_of((epoch % 2).to(tl.int64) * world * stride, 16)  # 64-bit: big inboxes
+    box = call_half(inbox, epoch, world, stride)
     for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
         offs = block * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n

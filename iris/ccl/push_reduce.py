@@ -37,6 +37,7 @@ from .chunks import ARRIVED, DONE, SLOTS, chunk_size
 from .config import Config
 from .fast_path import launch
 from .groups import GroupContext
+from .inbox import call_half
 from .launch import block_size, hint
 from .workspace import Workspace, reuse_or_allocate
 
@@ -51,7 +52,7 @@ def push_reduce_kernel(context, inp, out, inbox, flags, epochs, n, chunk, rank: 
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     epoch = tl.load(epochs + pid) + 1
-    box = inbox + tl.multiple_of((epoch % 2).to(tl.int64) * world * chunk, 16)  # 64-bit: big inboxes
+    box = call_half(inbox, epoch, world, chunk)
     blocks = tl.cdiv(chunk, BLOCK)
     for block in range(pid, blocks, num_programs):
         within = block * BLOCK + tl.arange(0, BLOCK)

@@ -146,13 +146,18 @@ def tensors(ctx, collective: str, nbytes: int, dtype: torch.dtype, world: int, c
 _torch_groups: dict = {}
 
 
+def nccl_group():
+    """The sweep's NCCL group for the peers, made once (collective the first time)."""
+    if "nccl" not in _torch_groups:
+        _torch_groups["nccl"] = dist.new_group(backend="nccl")
+    return _torch_groups["nccl"]
+
+
 def torch_peer(ctx, collective: str, out: torch.Tensor, inp: torch.Tensor):
     """(label, callable): torch.distributed's collective moving the same bytes, over NCCL on GPUs (a group of its
     own, made once) and the context's gloo group on the CPU."""
     on_gpu = ctx.get_device().type == "cuda"
-    if on_gpu and "nccl" not in _torch_groups:
-        _torch_groups["nccl"] = dist.new_group(backend="nccl")
-    group, label = (_torch_groups["nccl"], "NCCL") if on_gpu else (ctx.group.group, "gloo")
+    group, label = (nccl_group(), "NCCL") if on_gpu else (ctx.group.group, "gloo")
     out, scratch = torch.empty_like(out), inp.clone()
     calls = {
         "all_reduce": lambda: dist.all_reduce(scratch, group=group),
@@ -167,9 +172,7 @@ def torch_peer(ctx, collective: str, out: torch.Tensor, inp: torch.Tensor):
 def all_reduce_peers_us(ctx, inp: torch.Tensor, calls: int, group, unavailable: dict) -> dict:
     """{peer: µs per call} of every all_reduce peer this torch and machine have (:class:`iris.perf.peers.Peers`, over
     the sweep's NCCL group), on copies of ``inp``; those they lack go into ``unavailable`` with the reason."""
-    if "nccl" not in _torch_groups:
-        _torch_groups["nccl"] = dist.new_group(backend="nccl")
-    peers, times = Peers(_torch_groups["nccl"]), {}
+    peers, times = Peers(nccl_group()), {}
     peers.unavailable.update(unavailable)  # a peer missing at one size is not tried again
     for name in PEERS:
         peer = peers.make(name, inp)
