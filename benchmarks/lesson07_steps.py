@@ -77,7 +77,7 @@ def main() -> None:
         lines = table(times, ctx.num_ranks)
         print("\n".join(lines), flush=True)
         if args.write:
-            write_lesson_block("07", "benchmarks/lesson07_steps.py", lines)
+            write_lesson_block("07", "benchmarks/lesson07_steps.py", lines, ctx.num_ranks)
     ctx.barrier()
     dist.destroy_process_group()
 

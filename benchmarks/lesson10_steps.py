@@ -87,7 +87,7 @@ def main() -> None:
         lines = table(times, list(tp.GPU_STEPS), saved["environment"]) + (sweep_table(times, swept) if swept else [])
         print("\n".join(lines))
         if args.write:
-            write_lesson_block("10", "benchmarks/lesson10_steps.py", lines)
+            write_lesson_block("10", "benchmarks/lesson10_steps.py", lines, saved["world"])
         return
     ctx = gpu_rank("1GiB")
     world, rank = ctx.num_ranks, ctx.cur_rank
@@ -110,7 +110,7 @@ def main() -> None:
         if args.sweep:
             print("\n".join(sweep_table(times, list(sweep_configs()))))
         if args.json:
-            Path(args.json).write_text(json.dumps({"environment": where, "times": times}, indent=1))
+            Path(args.json).write_text(json.dumps({"environment": where, "world": world, "times": times}, indent=1))
     ctx.barrier()
     dist.destroy_process_group()
 

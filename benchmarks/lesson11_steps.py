@@ -95,7 +95,7 @@ def main() -> None:
         lines = table(rows, world)
         print("\n".join(lines), flush=True)
         if args.write:
-            write_lesson_block("11", "benchmarks/lesson11_steps.py", lines)
+            write_lesson_block("11", "benchmarks/lesson11_steps.py", lines, world)
     ctx.barrier()
     dist.destroy_process_group()
 

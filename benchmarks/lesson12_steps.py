@@ -111,7 +111,7 @@ def main() -> None:
         lines = table(rows, world)
         print("\n".join(lines), flush=True)
         if args.write:
-            write_lesson_block("12", "benchmarks/lesson12_steps.py", lines)
+            write_lesson_block("12", "benchmarks/lesson12_steps.py", lines, world)
     ctx.barrier()
     dist.destroy_process_group()
 

@@ -193,7 +193,7 @@ def main() -> None:
         lines = table({"all-gather + GEMM": ag, "GEMM + reduce-scatter": rs}, world)
         print("\n".join(lines), flush=True)
         if args.write:
-            write_lesson_block("13", "benchmarks/lesson13_steps.py", lines)
+            write_lesson_block("13", "benchmarks/lesson13_steps.py", lines, world)
     ctx.barrier()
     dist.destroy_process_group()
 

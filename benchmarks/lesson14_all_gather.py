@@ -119,7 +119,7 @@ def main():
         lines.append(f"| {nbytes >> 10} KiB | " + " | ".join(f"{times[k]:.1f}" for k in names)
                      + f" | {ratio:.2f}{'' if ratio <= GOAL else ' (goal missed)'} |")
     print("\n".join(lines), flush=True)
-    write_section("lesson14_all_gather (lesson 14's steps against NCCL)", "\n".join(lines))
+    write_section(f"lesson14_all_gather (lesson 14's steps against NCCL, {ctx.num_ranks} GPUs)", "\n".join(lines))
 
 
 if __name__ == "__main__":

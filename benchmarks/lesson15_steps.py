@@ -90,7 +90,7 @@ def main() -> None:
         lines = table(rows, world)
         print("\n".join(lines), flush=True)
         if args.write:
-            write_lesson_block("15", "benchmarks/lesson15_steps.py", lines)
+            write_lesson_block("15", "benchmarks/lesson15_steps.py", lines, world)
     ctx.barrier()
     dist.destroy_process_group()
 

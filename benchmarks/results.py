@@ -75,17 +75,18 @@ def steps_table(lesson: str, rows: dict, baseline: str, final: str) -> list[str]
                         f"**{'met' if ratio <= LESSON_GOAL else 'missed'}** ({ratio:.2f}x)."]
 
 
-def write_lesson_block(lesson: str, script: str, lines: list[str]) -> Path:
-    """Replace (or add) lesson ``lesson``'s block in the section :data:`LESSONS_SECTION`, keeping other lessons'.
+def write_lesson_block(lesson: str, script: str, lines: list[str], world: int) -> Path:
+    """Replace (or add) lesson ``lesson``'s block at ``world`` ranks in the section :data:`LESSONS_SECTION`, keeping
+    other lessons' and other world sizes'.
 
-    Each lesson's benchmark writes its own block, between ``<!-- lesson NN begin (script) -->`` and
-    ``<!-- lesson NN end -->``, so that one lesson's run leaves the others' figures as they were.
+    Each lesson's benchmark writes its own block per world size, between ``<!-- lesson NN at W ranks begin
+    (script) -->`` and ``<!-- lesson NN at W ranks end -->``, so that one run leaves the other figures as they were.
 
     Examples
     --------
-    >>> write_lesson_block("13", "benchmarks/lesson13_steps.py", ["| step | µs |", "|---|---|"])  # doctest: +SKIP
+    >>> write_lesson_block("13", "benchmarks/lesson13_steps.py", ["| step | µs |", "|---|---|"], 4)  # doctest: +SKIP
     """
-    begin, end = f"<!-- lesson {lesson} begin", f"<!-- lesson {lesson} end -->"
+    begin, end = f"<!-- lesson {lesson} at {world} ranks begin", f"<!-- lesson {lesson} at {world} ranks end -->"
     block = f"{begin} ({script}) -->\n" + "\n".join(lines) + f"\n{end}"
     text = RESULTS.read_text() if RESULTS.exists() else _HEADER
     match = re.search(rf"^## {re.escape(LESSONS_SECTION)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
