@@ -62,7 +62,7 @@ from iris.ccl.config import REDUCE_SCATTER_VARIANTS  # noqa: E402
 from iris.ccl.inbox import INBOX_BYTES  # noqa: E402
 from iris.ccl.rules import ONE_SHOT_BYTES  # noqa: E402
 from iris.perf import replay_time  # noqa: E402
-from iris.perf.peers import PEERS, Peers  # noqa: E402
+from iris.perf.peers import NCCL_ALL_TO_ALL_GRAPH_BYTES, PEERS, Peers, graph_safe  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [8 * KiB, 32 * KiB, 128 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB]
@@ -105,9 +105,9 @@ def measure(fn, calls: int, timed_ms: float = TIMED_MS, graph: bool = True) -> t
     return timing.us, timing.captured
 
 
-def median_of(fn, rounds: int, calls: int, timed_ms: float = TIMED_MS) -> tuple[float, bool]:
+def median_of(fn, rounds: int, calls: int, timed_ms: float = TIMED_MS, graph: bool = True) -> tuple[float, bool]:
     """(µs per call, captured): the median of ``rounds`` measurements (:func:`measure`), one after another."""
-    timings = [measure(fn, calls, timed_ms) for _ in range(rounds)]
+    timings = [measure(fn, calls, timed_ms, graph) for _ in range(rounds)]
     return statistics.median(us for us, _ in timings), all(captured for _, captured in timings)
 
 
@@ -312,7 +312,8 @@ def bench_all_to_all(ctx, nbytes: int, dtype, rounds: int = ROUNDS, gluon: bool 
     out = ctx.zeros_like(inp)
     nccl_out = torch.empty_like(inp)
     calls = calls_per_graph(nbytes)
-    times = {"NCCL": median_of(lambda: dist.all_to_all_single(nccl_out, inp), rounds, calls)}
+    times = {"NCCL": median_of(lambda: dist.all_to_all_single(nccl_out, inp), rounds, calls,
+                               graph=graph_safe("all_to_all", nbytes))}
     for name, config in (("auto", Config()), ("gluon", Config(use_gluon=True)))[:1 + gluon]:
         workspace = iris.ccl.all_to_all(out, inp, ctx, config=config)
         times[name] = median_of(
@@ -579,8 +580,7 @@ def main() -> None:
                                    ("all_to_all bf16", bench_all_to_all, ALL_TO_ALL_SIZES)):
             rows[name] = {}
             for size in sizes:
-                # without the Gluon columns (--gluon has them): at 2 ranks the call stopped at all_to_all 16 MiB,
-                # after over 100 s there with them (2x H200, 2026-11-28), which the Triton kernel's tuning does not take
+                # without the Gluon columns (--gluon has them), which double all_to_all's tunings
                 options = {} if bench is bench_reduce_scatter else {"gluon": False}
                 rows[name][size] = bench(ctx, size, torch.bfloat16, args.rounds, **options)
                 if ctx.cur_rank == 0:  # as it goes: a run cut short still says what it measured
@@ -666,7 +666,9 @@ def report_others(rows: dict, world: int, rounds: int) -> None:
         f"{timing_words(world, rounds)} auto = the default config (the shipped table's row for this GPU and world "
         "size, or this machine's tuning, else the size rules); all_to_all's auto is the Triton kernel. Sizes: "
         "all_gather's output, reduce_scatter's and all_to_all's input per rank (all_to_all in rows of "
-        f"{ALL_TO_ALL_ROW} elements). Peers: NCCL's all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single.",
+        f"{ALL_TO_ALL_ROW} elements). Peers: NCCL's all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single; "
+        f"the last timed as an eager loop above {NCCL_ALL_TO_ALL_GRAPH_BYTES >> 20} MiB (marked eager), where its "
+        "CUDA-graph replays never ended (iris.perf.peers.graph_safe).",
         "", "Goals (auto against NCCL; issue 44's):", "", *(line for line in goal_lines if line), "",
         *table(rows, world, gather=True),
     ]

@@ -318,13 +318,14 @@ def candidates(ctx, collective: str, config: Config, fixed: dict, nbytes: int, w
     return {name: space[name] for name in TUNED_FIELDS[collective] if name not in fixed}
 
 
-def time_us(fn, calls: int, group, on_gpu: bool) -> float:
-    """µs per call of ``fn``, every rank in step, the slowest rank's: CUDA-graph replays on a GPU, a host clock
-    around ``calls`` eager calls elsewhere (meaningless for speed, enough to exercise the tuner)."""
+def time_us(fn, calls: int, group, on_gpu: bool, graph: bool = True) -> float:
+    """µs per call of ``fn``, every rank in step, the slowest rank's: CUDA-graph replays on a GPU (an eager loop
+    timed by CUDA events with ``graph=False``), a host clock around ``calls`` eager calls elsewhere (meaningless
+    for speed, enough to exercise the tuner)."""
     if on_gpu:
         from ..instruments.replay import replay_time
 
-        return replay_time(fn, calls=calls, timed_ms=5.0, group=group).us
+        return replay_time(fn, calls=calls, timed_ms=5.0, group=group, graph=graph).us
     import torch.distributed as dist
 
     fn()

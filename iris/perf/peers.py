@@ -19,6 +19,22 @@ import torch
 import torch.distributed as dist
 
 PEERS = ("NCCL", "NCCL symmetric", "torch one_shot", "torch two_shot")
+# NCCL's all_to_all_single captured in a CUDA graph never ended its first replay at 4 MiB per rank on 4x H200 (torch
+# 2.11, NCCL 2.28.9, 2026-11-28: every rank waited in the synchronize after the replay; 1 MiB ran), and calls from
+# 16 MiB stalled at 2 ranks the same way: larger calls are timed as an eager loop (see graph_safe).
+NCCL_ALL_TO_ALL_GRAPH_BYTES = 1 << 20
+
+
+def graph_safe(collective: str, nbytes: int) -> bool:
+    """Whether torch.distributed's (NCCL's) ``collective`` of ``nbytes`` per rank may be timed as CUDA-graph replays;
+    where not, time an eager loop (see :data:`NCCL_ALL_TO_ALL_GRAPH_BYTES`).
+
+    Examples
+    --------
+    >>> graph_safe("all_to_all", 1 << 20), graph_safe("all_to_all", 4 << 20), graph_safe("all_reduce", 1 << 30)
+    (True, False, True)
+    """
+    return collective != "all_to_all" or nbytes <= NCCL_ALL_TO_ALL_GRAPH_BYTES
 
 
 @dataclass

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from ..base.gpu_specs import find as find_gpu_spec
 from ..ccl import Config, tuning
 from ..ccl.groups import members as members_of
-from .peers import PEERS, Peers
+from .peers import PEERS, Peers, graph_safe
 
 KiB, MiB = 1 << 10, 1 << 20
 GPU_SIZES = (8 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB)
@@ -229,7 +229,9 @@ def sweep(ctx, collective: str = "all_reduce", sizes=None, dtype: torch.dtype = 
             peers_us = all_reduce_peers_us(ctx, inp, calls, group, unavailable)
         elif peers:
             label, peer = torch_peer(ctx, collective, out, inp)
-            peers_us[label] = tuning.time_us(peer, calls, group, on_gpu)
+            graph = graph_safe(collective, nbytes)
+            peers_us[label if graph or not on_gpu else f"{label} (eager loop)"] = tuning.time_us(
+                peer, calls, group, on_gpu, graph=graph)
         points.append(SweepPoint(nbytes, ran, source, us, peers_us))
     spec = find_gpu_spec(torch.cuda.get_device_name(ctx.get_device()), warn=False) if on_gpu else None
     return SweepReport(collective, str(dtype).removeprefix("torch."), world,
