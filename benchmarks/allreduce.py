@@ -57,7 +57,7 @@ import torch.distributed as dist  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.results import environment, write_section  # noqa: E402
-from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config  # noqa: E402
+from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, Config  # noqa: E402
 from iris.ccl.config import REDUCE_SCATTER_VARIANTS  # noqa: E402
 from iris.ccl.inbox import INBOX_BYTES  # noqa: E402
 from iris.ccl.rules import ONE_SHOT_BYTES  # noqa: E402
@@ -67,7 +67,7 @@ from iris.perf.peers import NCCL_ALL_TO_ALL_GRAPH_BYTES, PEERS, Peers, graph_saf
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [8 * KiB, 32 * KiB, 128 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB]
 GATHER_SIZES = [8 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB]
-ALL_TO_ALL_SIZES = [64 * KiB, 256 * KiB, 1 * MiB, 16 * MiB, 256 * MiB]  # each rank's input
+ALL_TO_ALL_SIZES = [64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 256 * MiB]  # each rank's input
 ALL_TO_ALL_ROW = 8192  # elements per row of all_to_all's input (every rank's chunk: 8192 / n)
 GLUON_GOAL = 0.95  # Gluon's time at most Triton's / this
 CHECK_SIZES = [8 * KiB + 6, 1 * MiB + 2, 16 * MiB]
@@ -305,7 +305,8 @@ def bench_reduce_scatter(ctx, nbytes: int, dtype, rounds: int = ROUNDS) -> dict:
 
 
 def bench_all_to_all(ctx, nbytes: int, dtype, rounds: int = ROUNDS, gluon: bool = True) -> dict:
-    """{name: (µs, captured)} for NCCL's all_to_all_single and ours, Triton ("auto": the default config) and Gluon;
+    """{name: (µs, captured)} for NCCL's all_to_all_single and ours: the default config ("auto"), each variant (push
+    up to ``MAX_BYTES["push"]``: its inbox is twice the input) and Gluon, each checked against NCCL's result first;
     ``nbytes``: each rank's input, rows of ``ALL_TO_ALL_ROW`` elements."""
     rows = max(1, nbytes // torch.tensor([], dtype=dtype).element_size() // ALL_TO_ALL_ROW)
     inp = ctx.randn(rows, ALL_TO_ALL_ROW, dtype=dtype)
@@ -314,10 +315,19 @@ def bench_all_to_all(ctx, nbytes: int, dtype, rounds: int = ROUNDS, gluon: bool 
     calls = calls_per_graph(nbytes)
     times = {"NCCL": median_of(lambda: dist.all_to_all_single(nccl_out, inp), rounds, calls,
                                graph=graph_safe("all_to_all", nbytes))}
-    for name, config in (("auto", Config()), ("gluon", Config(use_gluon=True)))[:1 + gluon]:
+    dist.all_to_all_single(nccl_out, inp)
+    configs = {"auto": Config(), **{v: Config(all_to_all_variant=v) for v in ALL_TO_ALL_VARIANTS
+                                    if v != "push" or nbytes <= MAX_BYTES["push"]}}
+    if gluon:
+        configs["gluon"] = Config(use_gluon=True)
+    for name, config in configs.items():
         workspace = iris.ccl.all_to_all(out, inp, ctx, config=config)
+        torch.cuda.synchronize()
+        assert torch.equal(out, nccl_out), f"rank {ctx.cur_rank}: all_to_all {name} {_size(nbytes)} differs from NCCL's"
         times[name] = median_of(
             lambda c=config, w=workspace: iris.ccl.all_to_all(out, inp, ctx, config=c, workspace=w), rounds, calls)
+        if name == "auto":
+            times[AUTO_RAN] = workspace.key[1]
         del workspace
     return times
 
@@ -664,7 +674,7 @@ def report_others(rows: dict, world: int, rounds: int) -> None:
     goal_lines = [goal_line(name, by_size, goal) for name, by_size in rows.items() for goal in OTHER_GOALS]
     body = [
         f"{timing_words(world, rounds)} auto = the default config (the shipped table's row for this GPU and world "
-        "size, or this machine's tuning, else the size rules); all_to_all's auto is the Triton kernel. Sizes: "
+        "size, or this machine's tuning, else the size rules), which ran the variant in column 'auto ran'. Sizes: "
         "all_gather's output, reduce_scatter's and all_to_all's input per rank (all_to_all in rows of "
         f"{ALL_TO_ALL_ROW} elements). Peers: NCCL's all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single; "
         f"the last timed as an eager loop above {NCCL_ALL_TO_ALL_GRAPH_BYTES >> 20} MiB (marked eager), where its "

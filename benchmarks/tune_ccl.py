@@ -31,7 +31,7 @@ import iris  # noqa: E402
 from benchmarks.results import environment, write_section  # noqa: E402
 from iris.ccl import Config, tuning  # noqa: E402
 from iris.ccl.groups import members  # noqa: E402
-from iris.ccl.rules import choose_gather_variant, choose_variant  # noqa: E402
+from iris.ccl.rules import choose_all_to_all_variant, choose_gather_variant, choose_variant  # noqa: E402
 from iris.instruments.replay import replay_time  # noqa: E402
 from iris.perf.sweep import tensors  # noqa: E402
 
@@ -40,7 +40,7 @@ SIZES = {  # bytes: all_reduce's and reduce_scatter's input (and output), all_ga
     "all_reduce": [8 * KiB, 32 * KiB, 128 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB],
     "all_gather": [8 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB],
     "reduce_scatter": [8 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB],
-    "all_to_all": [64 * KiB, 1 * MiB, 16 * MiB, 256 * MiB],
+    "all_to_all": [64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 256 * MiB],
 }
 ROW = 8192  # elements per row of all_to_all's input
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -55,7 +55,8 @@ def rule_config(ctx, collective: str, inp, world: int) -> Config:
     elif collective == "all_gather":
         fields["all_gather_variant"] = choose_gather_variant(None, nbytes, world)
     elif collective == "all_to_all":
-        fields.update(block_size_m=32, block_size_n=64)
+        fields.update(block_size_m=32, block_size_n=64,
+                      all_to_all_variant=choose_all_to_all_variant(None, nbytes, world))
         del fields["block_size"]
     return Config(**fields)
 

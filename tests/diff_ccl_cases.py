@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 import iris
-from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config, ReduceOp, owned_range
+from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, Config, ReduceOp, owned_range
 from iris.ccl.all_reduce import IN_PLACE_VARIANTS
 from iris.ccl.config import UPSTREAM_ALL_GATHER_VARIANTS
 from iris.ops import FusedConfig
@@ -139,6 +139,7 @@ def _draw_config(rng, collective: str, shape: list, world: int) -> dict | None:
         tiles = [(bm, bn) for bm in (1, 2, 4, 16, 32) for bn in (1, 4, 16, 64)
                  if -(-m // bm) * -(-n // bn) <= MAX_STEPS]
         config["block_size_m"], config["block_size_n"] = rng.choice(tiles)
+        config["all_to_all_variant"] = rng.choice((None, *ALL_TO_ALL_VARIANTS))
     return config
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import iris
-from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config, ReduceOp
+from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, Config, ReduceOp
 from iris.ccl.all_reduce import IN_PLACE_VARIANTS
 from iris.ccl.config import REDUCE_SCATTER_VARIANTS
 
@@ -83,8 +83,9 @@ def every_variant_checks(calls: int) -> int:
 
 def back_to_back_cases() -> int:
     """Cases :func:`back_to_back` queues: every all_reduce variant (and one_shot in place), every all_gather variant
-    (and in place), every reduce_scatter variant."""
-    return len(ALL_REDUCE_VARIANTS) + 1 + 2 * len(ALL_GATHER_VARIANTS) + len(REDUCE_SCATTER_VARIANTS)
+    (and in place), every reduce_scatter variant, every all_to_all variant."""
+    return (len(ALL_REDUCE_VARIANTS) + 1 + 2 * len(ALL_GATHER_VARIANTS) + len(REDUCE_SCATTER_VARIANTS)
+            + len(ALL_TO_ALL_VARIANTS))
 
 
 def all_reduce_every_variant(shapes, block_size, calls=2):
@@ -155,8 +156,8 @@ def spinlock_locks_per_tile(n=1000):
 
 
 def back_to_back(numel, calls, block_size=None):
-    """``calls`` calls of every all_reduce and all_gather variant (also in place where allowed) and of
-    reduce_scatter, queued with no host synchronisation in between: each call's input is refilled on the
+    """``calls`` calls of every all_reduce and all_gather variant (also in place where allowed), of reduce_scatter
+    and of all_to_all, queued with no host synchronisation in between: each call's input is refilled on the
     device and its output copied aside in stream order, so a rank that reuses a flag, an inbox or a peer's
     output too early shows up as a wrong call. Inputs are small integers: every sum is exact in bf16 (up to
     8 ranks). Returns how many calls were checked."""
@@ -167,6 +168,10 @@ def back_to_back(numel, calls, block_size=None):
     gathered = ctx.zeros(world * numel, dtype=dtype)
     mine = gathered[r * numel:(r + 1) * numel]  # all_gather in place: the input is this rank's slice
     lo, hi = iris.ccl.owned_range(numel, r, world)
+    # all_to_all: chunks of 16 columns, about numel elements; column chunk j of a rank's input adds j to its value
+    exchanged_in = ctx.zeros(max(1, numel // (16 * world)), 16 * world, dtype=dtype)
+    exchanged_out = ctx.zeros_like(exchanged_in)
+    chunk_of_column = (torch.arange(16 * world, device=exchanged_in.device) // 16).to(dtype)
 
     def value(rank, call):  # rank's input of a call
         return float((rank + 1) * (call % 7 + 1))
@@ -181,10 +186,23 @@ def back_to_back(numel, calls, block_size=None):
             workspace = iris.ccl.all_gather(gathered, mine if in_place else inp, ctx, config=config,
                                             workspace=workspace)
             return workspace, gathered.clone()
+        if kind == "all_to_all":
+            config = Config(all_to_all_variant=variant)
+            workspace = iris.ccl.all_to_all(exchanged_out, exchanged_in, ctx, config=config, workspace=workspace)
+            return workspace, exchanged_out.clone()
         config = Config(reduce_scatter_variant=variant, block_size=block_size)
         return iris.ccl.reduce_scatter(out, inp, ctx, config=config, workspace=workspace), out[lo:hi].clone()
 
+    def refill(kind, in_place, call):  # on the device, in stream order
+        if kind == "all_to_all":
+            exchanged_in.copy_((value(r, call) + chunk_of_column).expand_as(exchanged_in))
+        else:
+            (mine if kind == "all_gather" and in_place else inp).fill_(value(r, call))
+
     def expected(kind, call):
+        if kind == "all_to_all":  # rank s's chunk r, for every s
+            rows = exchanged_in.shape[0]
+            return torch.cat([torch.full((rows, 16), value(s, call) + r, dtype=dtype) for s in range(world)], dim=1)
         if kind == "all_gather":
             return torch.cat([torch.full((numel,), value(s, call), dtype=dtype) for s in range(world)])
         total = torch.full((numel,), sum(value(s, call) for s in range(world)), dtype=dtype)
@@ -194,11 +212,12 @@ def back_to_back(numel, calls, block_size=None):
     cases += [("all_gather", v, in_place) for v in ALL_GATHER_VARIANTS for in_place in (False, True)]
     checked = 0
     cases += [("reduce_scatter", v, False) for v in REDUCE_SCATTER_VARIANTS]
+    cases += [("all_to_all", v, False) for v in ALL_TO_ALL_VARIANTS]
     for kind, variant, in_place in cases:
         history, workspace = [], None
         ctx.barrier()
         for call in range(calls):
-            (mine if kind == "all_gather" and in_place else inp).fill_(value(r, call))
+            refill(kind, in_place, call)
             workspace, result = run(kind, variant, in_place, workspace)
             history.append(result)
         for call, got in enumerate(history):
@@ -269,7 +288,8 @@ def other_collectives(block_size):
                 gather = replace(config, all_gather_variant=variant)
                 _all_gather(ctx, (5, 37), dtype, False, gather)
                 _all_gather(ctx, (3, 7), dtype, True, gather)
-            _all_to_all(ctx, 5, 19, dtype, config)
+            for variant in ALL_TO_ALL_VARIANTS:
+                _all_to_all(ctx, 5, 19, dtype, replace(config, all_to_all_variant=variant))
             for variant in REDUCE_SCATTER_VARIANTS:
                 scatter = replace(config, reduce_scatter_variant=variant)
                 owned.append(_reduce_scatter(ctx, (5, 37), dtype, False, scatter))

@@ -161,6 +161,8 @@ def async_op_shared_workspace_and_errors():
                 lambda: ctx.ccl.reduce_scatter(inp, inp, config=gluon)),
         _raises(ValueError, "needs an output of shape", lambda: ctx.ccl.all_gather(inp, inp, config=gluon)),
         _raises(ValueError, "separate tensor", lambda: ctx.ccl.all_to_all(square, square, config=gluon)),
+        _raises(ValueError, "the Gluon kernel pulls", lambda: ctx.ccl.all_to_all(
+            ctx.zeros_like(square), square, config=Config(use_gluon=True, all_to_all_variant="push"))),
         _raises(TypeError, "use True or False", lambda: Config(use_gluon="yes")),
     ]
     # upstream's preamble only prepares the workspace, whatever the kernels: it takes use_gluon, as upstream's does

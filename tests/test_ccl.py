@@ -92,15 +92,16 @@ def test_all_gather_all_to_all_reduce_scatter(world):
 
 def test_back_to_back_calls_without_host_synchronisation():
     # 185 elements in 32-element blocks: several programs, each with its own flags and inbox rows;
-    # 5 calls x (every all_reduce variant, one_shot in place, 4 all_gather cases, every reduce_scatter variant)
+    # 5 calls x (every all_reduce variant, one_shot in place, 4 all_gather cases, every reduce_scatter and all_to_all
+    # variant)
     results = run_ranks(3, f"{CASES}:back_to_back", 185, 5, 32, timeout=240)
     assert all(r["checked"] == 5 * back_to_back_cases() for r in results)
 
 
 def test_eight_ranks_every_variant_back_to_back():
     # Issue 44: the collectives take any world size. 8 CPU ranks (what a GPU machine of 8 runs): every all_reduce,
-    # all_gather and reduce_scatter variant, two calls each queued without host synchronisation, 37 elements in
-    # 16-element blocks (chunks of 16, 16, 5 and empty ones: reduce_scatter's and two_shot_push's tails).
+    # all_gather, reduce_scatter and all_to_all variant, two calls each queued without host synchronisation, 37
+    # elements in 16-element blocks (chunks of 16, 16, 5 and empty ones: reduce_scatter's and two_shot_push's tails).
     results = run_ranks(8, f"{CASES}:back_to_back", 37, 2, 16, timeout=300)
     assert all(r["checked"] == 2 * back_to_back_cases() for r in results)
 

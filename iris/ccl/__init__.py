@@ -38,7 +38,7 @@ from .all_gather import all_gather
 from .all_reduce import all_reduce, all_reduce_preamble
 from .all_to_all import all_to_all
 from .barrier import device_barrier
-from .config import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, Config, ReduceOp
+from .config import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, Config, ReduceOp
 from .namespace import CCL
 from .reduce_scatter import owned_range, reduce_scatter
 from .rules import choose_variant
@@ -50,7 +50,7 @@ from .workspace import Work, Workspace
 AUTOTUNE = env_autotune()
 
 __all__ = [
-    "ALL_GATHER_VARIANTS", "ALL_REDUCE_VARIANTS", "AUTOTUNE", "CCL", "Config", "ReduceOp", "TuningWarning", "Work",
-    "Workspace", "all_gather", "all_reduce", "all_reduce_preamble", "all_to_all", "choose_variant", "device_barrier",
-    "owned_range", "reduce_scatter",
+    "ALL_GATHER_VARIANTS", "ALL_REDUCE_VARIANTS", "ALL_TO_ALL_VARIANTS", "AUTOTUNE", "CCL", "Config", "ReduceOp",
+    "TuningWarning", "Work", "Workspace", "all_gather", "all_reduce", "all_reduce_preamble", "all_to_all",
+    "choose_variant", "device_barrier", "owned_range", "reduce_scatter",
 ]

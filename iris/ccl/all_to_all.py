@@ -1,9 +1,18 @@
 """all_to_all: column chunk j of every rank's input goes to rank j.
 
 As upstream Iris: input and output are both (M, N * world). Rank r's input columns ``[j * N, (j + 1) * N)``
-land in rank j's output columns ``[r * N, (r + 1) * N)``. Each rank pulls its column chunk from every
-peer's input, tile by tile (``Config.block_size_m`` x ``block_size_n``), starting with a different peer on
-every rank. The output must be a tensor separate from the input.
+land in rank j's output columns ``[r * N, (r + 1) * N)``. Two algorithms, ``Config(all_to_all_variant="push" |
+"pull")``, both moving tiles of ``Config.block_size_m`` x ``block_size_n``, every rank starting with a different
+peer:
+
+* ``pull`` (upstream's): one flag exchange, each rank reads its column chunk from every peer's input, a second
+  exchange says that nobody reads the inputs any more. Remote loads wait a link round trip each.
+* ``push`` (small inputs): each rank writes chunk j of its input into rank j's inbox as posted stores, one flag
+  exchange, then copies the chunks into its output locally (:mod:`iris.ccl.inbox`, as all_gather's push). The
+  workspace holds 2 x the input per rank.
+
+Size rule (:func:`iris.ccl.rules.choose_all_to_all_variant`): push while the bytes a rank writes into its peers'
+inboxes are at most 4 MiB. The output must be a tensor separate from the input.
 
 Examples
 --------
@@ -22,7 +31,9 @@ from .fast_path import call_key, launch, replay
 from .flag_slots import ARRIVED, DONE, SLOTS
 from .gluon_layouts import tile_layout, warp_threads
 from .groups import GroupContext, kernel_members
+from .inbox import DELIVERED, call_half, inbox_numel, inbox_stride
 from .launch import cdiv, check_tensors, overlaps, programs
+from .rules import choose_all_to_all_variant
 from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
 
@@ -55,6 +66,48 @@ def all_to_all_kernel(context, inp, out, flags, epochs, M, N, stride_m, rank: tl
     tl.store(epochs + pid, epoch)
 
 
+@triton.jit
+def push_all_to_all_kernel(context, inp, out, inbox, flags, epochs, M, N, stride_m, stride,
+                           rank: tl.constexpr, world: tl.constexpr, rank_start: tl.constexpr,
+                           rank_stride: tl.constexpr, num_ranks: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, WIDE: tl.constexpr):
+    # Inbox row s (``stride`` elements) of this call's half holds rank s's chunk for this rank, M x N row-major.
+    # Program p writes and later reads the same tiles on every rank, so waiting for program p of the others suffices.
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    epoch = tl.load(epochs + pid) + 1
+    box = call_half(inbox, epoch, world, stride)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles = tl.cdiv(M, BLOCK_M) * tiles_n
+    for tile in range(pid, tiles, num_programs):
+        rows = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (rows < M)[:, None] & (cols < N)[None, :]
+        for i in tl.static_range(1, world):
+            peer = (rank + i) % world  # everyone starts with a different peer
+            value = tl.load(inp + rows[:, None] * stride_m + (peer * N + cols)[None, :], mask=mask)
+            dst = box + rank * stride + rows[:, None] * N + cols[None, :]
+            if WIDE:  # rows of 16 aligned contiguous elements: remote stores may be vectorised
+                remote = ctx.as_remote(dst, peer, mask, (1, 16))
+            else:
+                remote = ctx.as_remote(dst, peer, mask)
+            tl.store(remote, value, mask=mask)
+    exchange(ctx, flags, DELIVERED, epoch, pid, num_programs)
+    for tile in range(pid, tiles, num_programs):
+        rows = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (rows < M)[:, None] & (cols < N)[None, :]
+        for source in tl.static_range(world):
+            if source == rank:
+                src = inp + rows[:, None] * stride_m + (rank * N + cols)[None, :]
+            else:
+                src = box + source * stride + rows[:, None] * N + cols[None, :]
+            tl.store(out + rows[:, None] * stride_m + (source * N + cols)[None, :], tl.load(src, mask=mask),
+                     mask=mask)
+    tl.store(epochs + pid, epoch)
+
+
 def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, config=None,
                workspace=None) -> Workspace:
     """Send column chunk j of ``input_tensor`` to rank j, receiving rank s's chunk into columns s; collective.
@@ -70,8 +123,9 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     async_op : bool
         True: return at once; ``wait()`` on the result (a device barrier) before reusing the tensors.
     config : Config, optional
-        ``block_size_m`` x ``block_size_n`` is the tile one program moves per step; ``use_gluon=True`` runs the
-        same algorithm as a Gluon kernel (:mod:`iris.ccl.gluon_all_to_all`).
+        ``all_to_all_variant`` "push" or "pull" picks the algorithm (None: by measurement or size);
+        ``block_size_m`` x ``block_size_n`` is the tile one program moves per step; ``use_gluon=True`` runs pull
+        as a Gluon kernel (:mod:`iris.ccl.gluon_all_to_all`).
     workspace : Workspace, optional
         From an earlier call with the same shapes (``ctx.ccl`` keeps one for you).
 
@@ -89,6 +143,10 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     if replay(ctx, workspace, call, tensors):  # the same call as before: checked, planned and compiled
         return workspace
     config = config or Config()
+    if config.use_gluon and config.all_to_all_variant == "push":
+        raise ValueError(f"rank {ctx.cur_rank}: all_to_all with Config(all_to_all_variant='push', use_gluon=True): "
+                         "the Gluon kernel pulls; use all_to_all_variant='pull' or None with Gluon, or "
+                         "use_gluon=False to push")
     group_of_call = kernel_members(ctx, group, "all_to_all")
     check_tensors(ctx, "all_to_all", output_tensor, input_tensor)
     world, rank = group_of_call.size, ctx.cur_rank
@@ -104,17 +162,29 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     M, N = input_tensor.shape[0], input_tensor.shape[1] // world
     bm, bn = config.block_size_m, config.block_size_n
     grid = programs(ctx, config, cdiv(M, bm) * cdiv(N, bn))
-    key = ("all_to_all", "pull", input_tensor.numel(), input_tensor.dtype, grid, (bm, bn), group_of_call.key)
-    workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS, members=group_of_call)
+    nbytes = input_tensor.numel() * input_tensor.element_size()
+    variant = choose_all_to_all_variant(config.all_to_all_variant, nbytes, world, config.use_gluon)
+    key = ("all_to_all", variant, input_tensor.numel(), input_tensor.dtype, grid, (bm, bn), group_of_call.key)
     row_bytes, col_bytes = input_tensor.stride(0) * input_tensor.element_size(), N * input_tensor.element_size()
     aligned = input_tensor.data_ptr() % 16 == 0 and row_bytes % 16 == 0 and col_bytes % 16 == 0 and bn >= 16
-    kernel, options = all_to_all_kernel, dict(**group_of_call.kernel_args(), BLOCK_M=bm, BLOCK_N=bn,
-                                              num_warps=config.num_warps)
+    common = dict(**group_of_call.kernel_args(), BLOCK_M=bm, BLOCK_N=bn, num_warps=config.num_warps)
+    if variant == "push":
+        stride = inbox_stride(M * N)
+        inbox = (inbox_numel(M * N, world), input_tensor.dtype)
+        workspace = reuse_or_allocate(ctx, workspace, key, grid, 1, inbox, group_of_call)
+        # Wide remote stores need the inbox 16-byte aligned as well as the input's rows and chunks.
+        wide = aligned and workspace.scratch.data_ptr() % 16 == 0
+        launch(workspace, call, tensors, push_all_to_all_kernel, (grid,), ctx.get_device_context(), input_tensor,
+               output_tensor, workspace.scratch, workspace.flags, workspace.epochs, M, N, input_tensor.stride(0),
+               stride, WIDE=wide, **common)
+        return workspace
+    workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS, members=group_of_call)
+    kernel = all_to_all_kernel
     if config.use_gluon:  # the same algorithm and workspace, as a Gluon kernel (defined on first use)
         from .gluon_all_to_all import gluon_all_to_all_kernel as kernel
 
-        options["LAYOUT"] = tile_layout(input_tensor.element_size(), bm, bn, config.num_warps, warp_threads(ctx))
+        common["LAYOUT"] = tile_layout(input_tensor.element_size(), bm, bn, config.num_warps, warp_threads(ctx))
     launch(workspace, call, tensors, kernel, (grid,), ctx.get_device_context(), input_tensor, output_tensor,
            workspace.flags, workspace.epochs, M, N, input_tensor.stride(0), WAIT_DONE=not async_op, WIDE=aligned,
-           **options)
+           **common)
     return workspace

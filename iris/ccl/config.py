@@ -21,6 +21,7 @@ from triton.language import TRITON_MAX_TENSOR_NUMEL
 ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "two_shot_push", "ring", "atomic", "spinlock")
 REDUCE_SCATTER_VARIANTS = ("two_shot", "push")
 ALL_GATHER_VARIANTS = ("push", "pull")
+ALL_TO_ALL_VARIANTS = ("push", "pull")
 UPSTREAM_ALL_GATHER_VARIANTS = ("persistent", "partitioned")  # upstream's tiled kernels: accepted, picked by size
 MIN_BLOCK = 16  # remote accesses are hinted 16-aligned
 MAX_BLOCK = TRITON_MAX_TENSOR_NUMEL  # the most elements of one block (2**20 in triton 3.6 to 3.9)
@@ -90,6 +91,10 @@ class Config:
     reduce_scatter_variant : {None, "two_shot", "push"}
         "two_shot" (upstream's only one): each rank reads its chunk from every peer; "push": every rank writes each
         peer's chunk into that peer's inbox (:mod:`iris.ccl.push_reduce`). None: chosen as ``all_reduce_variant``.
+    all_to_all_variant : {None, "push", "pull"}
+        "pull" (upstream's): each rank reads its chunk from every peer's input; "push": each rank writes every peer's
+        chunk into that peer's inbox (:mod:`iris.ccl.all_to_all`). None: chosen by measurement, else by size
+        (:func:`iris.ccl.rules.choose_all_to_all_variant`); with ``use_gluon=True``, pull (the Gluon kernel's).
     swizzle_size, num_xcds, chunk_size, all_reduce_distribution, all_reduce_num_rings, all_reduce_ring_slice_n
         Upstream's tuning knobs for AMD's tiled kernels: checked, but without effect here.
     num_stages : int
@@ -130,6 +135,7 @@ class Config:
     num_stages: int = 1
     threads_per_warp: int = 64
     waves_per_eu: int = 0
+    all_to_all_variant: str | None = None
     tune: bool = field(default=False, repr=False)
 
     @classmethod
@@ -162,6 +168,9 @@ class Config:
         if self.all_gather_variant not in (None, *ALL_GATHER_VARIANTS, *UPSTREAM_ALL_GATHER_VARIANTS):
             raise ValueError(f"all_gather_variant={self.all_gather_variant!r}: use one of {ALL_GATHER_VARIANTS} "
                              "or None (chosen by size)")
+        if self.all_to_all_variant not in (None, *ALL_TO_ALL_VARIANTS):
+            raise ValueError(f"all_to_all_variant={self.all_to_all_variant!r}: use one of {ALL_TO_ALL_VARIANTS} "
+                             "or None (chosen by measurement or size)")
         if self.reduce_scatter_variant not in (None, *REDUCE_SCATTER_VARIANTS):
             raise ValueError(f"reduce_scatter_variant={self.reduce_scatter_variant!r}: use one of "
                              f"{REDUCE_SCATTER_VARIANTS} or None (chosen by measurement or size)")

@@ -12,7 +12,7 @@ Examples
 
 from __future__ import annotations
 
-from .config import ALL_GATHER_VARIANTS
+from .config import ALL_GATHER_VARIANTS, ALL_TO_ALL_VARIANTS
 from .inbox import use_inbox
 
 ONE_SHOT_BYTES = 4 << 20  # one_shot while nbytes * (world - 1) ** 2 is at most this (see choose_variant)
@@ -69,3 +69,21 @@ def choose_gather_variant(requested: str | None, nbytes: int, world: int) -> str
     if requested in ALL_GATHER_VARIANTS:
         return requested
     return "push" if use_inbox(nbytes, world) else "pull"
+
+
+def choose_all_to_all_variant(requested: str | None, nbytes: int, world: int, gluon: bool = False) -> str:
+    """The all_to_all algorithm: pull with ``gluon`` (the Gluon kernel's; all_to_all refuses a push asked of it);
+    else ``requested`` if given; else push while the bytes each rank writes into its peers' inboxes,
+    ``nbytes * (world - 1) / world`` (``nbytes``: one rank's input), are at most 4 MiB
+    (:func:`iris.ccl.inbox.use_inbox`'s cap, all_gather's push rule), else pull.
+
+    Examples
+    --------
+    >>> choose_all_to_all_variant(None, 1 << 20, 4), choose_all_to_all_variant(None, 16 << 20, 4)
+    ('push', 'pull')
+    """
+    if gluon:
+        return "pull"
+    if requested in ALL_TO_ALL_VARIANTS:
+        return requested
+    return "push" if use_inbox(nbytes // max(world, 1), world) else "pull"

@@ -53,7 +53,7 @@ TUNED_FIELDS = {
     "all_reduce": ("all_reduce_variant", "block_size", "comm_sms", "num_warps"),
     "all_gather": ("all_gather_variant", "block_size", "comm_sms", "num_warps"),
     "reduce_scatter": ("reduce_scatter_variant", "block_size", "comm_sms", "num_warps"),
-    "all_to_all": ("block_size_m", "block_size_n", "comm_sms", "num_warps"),
+    "all_to_all": ("all_to_all_variant", "block_size_m", "block_size_n", "comm_sms", "num_warps"),
 }
 
 
@@ -297,7 +297,7 @@ def candidates(ctx, collective: str, config: Config, fixed: dict, nbytes: int, w
     another is faster by :data:`MARGIN`."""
     from .inbox import use_inbox
     from .launch import block_size
-    from .rules import choose_gather_variant, choose_scatter_variant, choose_variant
+    from .rules import choose_all_to_all_variant, choose_gather_variant, choose_scatter_variant, choose_variant
 
     def rule_first(rule, others):
         return [rule] + [value for value in others if value != rule]
@@ -309,6 +309,10 @@ def candidates(ctx, collective: str, config: Config, fixed: dict, nbytes: int, w
                                          inbox + ["two_shot", "two_shot_push"] + ["ring"] * (world > 2)),
         "reduce_scatter_variant": rule_first(choose_scatter_variant(None, nbytes, world), ["two_shot", "push"]),
         "all_gather_variant": rule_first(choose_gather_variant(None, nbytes, world), ["push"] * bool(inbox) + ["pull"]),
+        # push's inbox holds twice the input: tried only where the rule's cap allows it, as all_gather's; Gluon pulls
+        "all_to_all_variant": rule_first(choose_all_to_all_variant(None, nbytes, world, config.use_gluon),
+                                         ["push"] * (use_inbox(nbytes // world, world) and not config.use_gluon)
+                                         + ["pull"]),
         "block_size": rule_first(block_size(ctx, Config()), [4096, 2048, 1024, 8192]),
         "comm_sms": sorted({g for g in (sms, sms // 2, sms // 4, 16, 8) if 1 <= g <= sms}, reverse=True),
         "num_warps": rule_first(DEFAULTS["num_warps"], [8, 4, 16]),
