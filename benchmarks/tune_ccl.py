@@ -28,7 +28,7 @@ import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
-from benchmarks.results import environment, write_section  # noqa: E402
+from benchmarks.results import RESULTS, environment, write_section  # noqa: E402
 from iris.ccl import Config, tuning  # noqa: E402
 from iris.ccl.groups import members  # noqa: E402
 from iris.ccl.rules import choose_all_to_all_variant, choose_gather_variant, choose_variant  # noqa: E402
@@ -85,14 +85,32 @@ def tune_point(ctx, collective: str, dtype: torch.dtype, nbytes: int, world: int
     return row, line
 
 
+def earlier_lines(title: str) -> dict:
+    """{(collective, dtype, size): table line} of the section ``title`` of RESULTS.md as an earlier run left it."""
+    text = RESULTS.read_text() if RESULTS.exists() else ""
+    start = text.find(f"## {title}\n")
+    if start < 0:
+        return {}
+    end = text.find("\n## ", start + 1)
+    body = text[start:end if end >= 0 else len(text)]
+    return {tuple(line.split(" | ")[:3]): line for line in body.splitlines()
+            if line.startswith("| ") and not line.startswith(("| collective", "|---"))}
+
+
 def write(rows: list[dict], lines: list[str], world: int, gpu: str, ship: bool) -> None:
-    """The RESULTS.md section of this world size and GPU; the shipped table too, unless ``ship`` is False."""
+    """The RESULTS.md section of this world size and GPU, this run's points replacing the same points of an earlier
+    run and keeping the others (the date says when the last run was); the shipped table too, unless ``ship`` is
+    False."""
+    title = f"Tuned collectives on {world}x {gpu}"
+    merged = earlier_lines(title)
+    merged.update({tuple(line.split(" | ")[:3]): line for line in lines})
     header = ("| collective | dtype | size | size rules (µs) | tuned (µs) | speed-up | chosen |\n"
               "|---|---|---|---|---|---|---|")
-    write_section(f"Tuned collectives on {world}x {gpu}",
-                  f"{environment()}\n\n`benchmarks/tune_ccl.py`: each point's variant, block, grid and warps chosen by "
+    write_section(title, f"{environment()} (the last run; rows of earlier runs kept where it measured other "
+                  "points)\n\n`benchmarks/tune_ccl.py`: each point's variant, block, grid and warps chosen by "
                   "the tuner (iris.ccl.tuning), beside the size rules alone (the defaults before tables), CUDA-graph "
-                  "timed, slowest rank.\n\n" + header + "\n" + "\n".join(lines))
+                  "timed, slowest rank.\n\n" + header + "\n"
+                  + "\n".join(merged[k] for k in sorted(merged, key=lambda k: (k[0], k[1], int(k[2].split()[0])))))
     if ship:
         print(f"table: {tuning.ship(rows, gpu)}", flush=True)
 
