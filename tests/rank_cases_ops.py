@@ -229,6 +229,33 @@ def uneven_pieces():
     return {"rank": rank, "errors": errors, "cuts": cuts}
 
 
+def one_piece_a_block():
+    """matmul_all_reduce and matmul_reduce_scatter on the chunked path with one piece a block (at more than 2
+    ranks each rank's own product is then computed before its peers' pieces land, and added after), with and
+    without bias, out on the heap or not, against the sequential path; the largest difference of each."""
+    ctx = iris.iris("64MiB", backend=BACKEND)
+    rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
+    m, k, n = 7 * world + 3, 9, 4 * world  # the row blocks of matmul_all_reduce uneven
+    A = _inputs((m, k), world, torch.float32, device, 90)[rank]
+    B = _inputs((k, n), world, torch.float32, device, 95)[rank]
+    bias = torch.randn(n, generator=torch.Generator().manual_seed(99 + rank)).to(device)
+    one_piece = iris.ops.FusedConfig(variant="chunked", chunks=1)
+    sequential = iris.ops.FusedConfig(variant="sequential")
+    errors = {}
+    for op, shape in (("matmul_all_reduce", (m, n)), ("matmul_reduce_scatter", (m, n // world))):
+        for with_bias, on_heap in ((False, True), (True, True), (True, False)):
+            b_arg = bias if with_bias else None
+            want = ctx.zeros(*shape)
+            getattr(ctx.ops, op)(want, A, B, bias=b_arg, config=sequential)
+            out = (ctx.zeros if on_heap else torch.zeros)(*shape, device=device)
+            for _ in range(CALLS):
+                workspace = getattr(ctx.ops, op)(out, A, B, bias=b_arg, config=one_piece)
+            assert (workspace.path, workspace.pieces) == ("chunked", 1), (workspace.path, workspace.pieces)
+            errors[f"{op} bias={with_bias} on heap={on_heap}"] = (out - want).abs().max().item()
+    ctx.barrier()
+    return {"rank": rank, "errors": errors}
+
+
 def odd_layouts():
     """Inputs that are views (a column-major A or A_sharded, a column slice of a wider matrix for B), every op on
     the chunked path against the sequential path on contiguous copies; then two shapes of matmul_all_reduce

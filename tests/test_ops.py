@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import types
 import warnings
 
 import pytest
 import torch
 
 import iris
-from iris.ops import pieces
+from iris.ops import chunked, pieces
 
 from .multirank import run_ranks
 
@@ -93,6 +94,43 @@ def test_pieces_follow_the_shape():
     assert rule["matmul_all_reduce (300, 64)"] == [["sequential", 1, g["matmul_all_reduce"]],
                                                    ["chunked", 1, g["matmul_all_reduce"]]]
     assert rule["given"] == ["sequential", 3, 2.0]
+
+
+def test_more_ranks_push_in_turn_and_cut_by_the_ratio_of_gemm_to_transfer(monkeypatch):
+    """The rules that depend on the world size (iris.ops.pieces's module doc), by choose_path on a stand-in
+    H200 context: 2-rank cuts of benchmarks/fused_ops.py's shapes as measured; at 4 ranks the reductions' peer
+    blocks pipeline at M = 2048, and matmul_all_reduce's pieces shrink no faster than its transfers follow."""
+    assert [chunked.peers_in_turn(rank, 4) for rank in range(4)] == [[1, 2, 3], [2, 3, 0], [3, 0, 1], [0, 1, 2]]
+    assert chunked.peers_in_turn(1, 2) == [0] and chunked.peers_in_turn(0, 1) == []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+
+    def cut(world, op, m, n, k):
+        ctx = types.SimpleNamespace(num_ranks=world, backend="cuda", get_device=lambda: 0, cur_rank=0)
+        depth = k // world if op in pieces.REDUCING else k  # the reductions' A and B are split along K
+        columns = n // world if op == "matmul_reduce_scatter" else n  # out's
+        B = torch.empty(depth, n, device="meta", dtype=torch.bfloat16)
+        path, count, growth = iris.ops.choose_path(ctx, op, (m, columns), iris.ops.FusedConfig(), B)
+        rows = pieces.cut_rows(op, m, world)
+        return path, [piece.stop - piece.start for piece in pieces.split(slice(None), rows, count, growth)]
+
+    assert cut(2, "matmul_all_reduce", 8192, 8192, 8192) == ("chunked", [2304, 1152, 640])
+    assert cut(2, "matmul_all_gather", 8192, 8192, 28672) == ("chunked", [3584, 512])
+    assert cut(2, "matmul_reduce_scatter", 2048, 8192, 8192) == ("chunked", [1024, 1024])
+    assert cut(4, "matmul_reduce_scatter", 2048, 8192, 8192) == ("chunked", [2048])  # was sequential
+    assert cut(4, "matmul_all_reduce", 2048, 8192, 28672) == ("chunked", [512])
+    assert cut(4, "matmul_all_gather", 2048, 8192, 8192) == ("sequential", [512])  # one piece: nothing overlaps
+    assert cut(4, "matmul_all_reduce", 8192, 8192, 8192) == ("chunked", [683, 683, 682])  # transfers outlast GEMMs
+    assert cut(4, "matmul_all_reduce", 8192, 8192, 28672) == ("chunked", [896, 640, 512])
+    assert cut(4, "matmul_all_gather", 8192, 8192, 8192) == ("chunked", [1024, 512, 512])
+    assert cut(4, "matmul_reduce_scatter", 512, 64, 64) == ("sequential", [512])  # too small to pipeline
+    assert pieces.growth("matmul_all_gather", 4096, 3, hiding=None) == pieces.GROWTH["matmul_all_gather"]
+    assert pieces.growth("matmul_reduce_scatter", 4096, 2, hiding=0.1) == pieces.GROWTH["matmul_reduce_scatter"]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_one_piece_a_block_reduces_as_the_sequential_path(world):
+    for result in run_ranks(world, f"{CASES}:one_piece_a_block"):
+        assert all(error < 1e-4 for error in result["errors"].values()), result["errors"]
 
 
 @pytest.mark.parametrize("length, count, growth", [

@@ -12,9 +12,12 @@ stream while the next piece computes. Every copy between ranks is a peer-to-peer
   before it is needed; the all-reduce then pushes each reduced piece to every peer.
 
 Each function takes the count of pieces and their ``growth`` (:mod:`iris.ops.pieces` cuts them, the same way
-on every rank). A device barrier opens a call (every peer is done with the last call's buffers). The pushing
-paths run it on the compute stream before their first GEMM. On the copy stream instead (ahead of the first
-transfer, or after the first GEMM), it made matmul_all_gather 20-110 µs slower (2xH200, benchmarks/RESULTS.md).
+on every rank). Every rank pushes to its peers in turn from the next rank on (:func:`peers_in_turn`), so that at
+each step every rank receives from one peer only.
+
+A device barrier opens a call (every peer is done with the last call's buffers). The pushing paths run it on the
+compute stream before their first GEMM. On the copy stream instead (ahead of the first transfer, or after the
+first GEMM), it made matmul_all_gather 20-110 µs slower (2xH200, benchmarks/RESULTS.md).
 Presumably the one-program kernel holds an SM beside the GEMM while it waits for its peers. all_gather_matmul
 runs its barrier on its copy stream, where no GEMM runs beside it. Flags, one per
 piece (:mod:`iris.ops.signals`; on GPUs stored by the stream, taking no SM), tell a rank that a peer's piece has
@@ -46,7 +49,7 @@ def matmul_all_gather(ctx, out, A, B, bias, async_op, workspace, chunks: int, gr
     target = workspace.on_heap(ctx, "gathered", out)
     rank, world = ctx.cur_rank, ctx.num_ranks
     m_local = A.shape[0]
-    peers = [peer for peer in range(world) if peer != rank]
+    peers = peers_in_turn(rank, world)
     signals = signals_for(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
     ctx.device_barrier()  # every peer is done with its out from before
@@ -94,7 +97,7 @@ def all_gather_matmul(ctx, out, A_sharded, B, bias, async_op, workspace, chunks:
             ctx.heap.copy_2d(into[piece, mine], A_sharded[piece])
 
     rows = split(slice(None), m, chunks, growth, align=boundary_rows("all_gather_matmul"))  # whole 128-row tiles
-    peers = [(rank + step) % world for step in range(1, world)]  # each rank starts with another peer
+    peers = peers_in_turn(rank, world)
     signals = signals_for(ctx, workspace, chunks)
     compute, copy = _streams(ctx, workspace)
     local = _local_stream(ctx, workspace)
@@ -213,8 +216,7 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, growth: f
     compute, copy = _streams(ctx, workspace)
     ctx.device_barrier()  # every peer has consumed the last call's pieces (and its user has read target)
     with signals.call():
-        for step in range(1, world):
-            peer = (rank + step) % world
+        for peer in peers_in_turn(rank, world):  # the peers' blocks in the order they are pushed
             rows, columns = blocks[peer]
             into = ctx.as_remote(target if rank == (peer + 1) % world else received[rank], peer)
             sent = send[peer if send_per_peer else 0]
@@ -227,10 +229,15 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, growth: f
                     into[piece].copy_(sent[piece])
                     signals.signal(slot, peer)
         rows, columns = blocks[rank]
-        peers = [peer for peer in range(world) if peer != rank]
+        peers = peers_in_turn(rank, world)
+        own_first = own_product_first(world, chunks)  # into this rank's own slot of `received`, unused by peers
         for slot, piece in enumerate(split(rows, target.shape[0], chunks, growth)):
+            if own_first:
+                torch.matmul(A[piece], B[:, columns], out=received[rank][piece])
             signals.wait(slot)  # every peer's piece has landed
-            if peers:
+            if own_first:
+                target[piece] += received[rank][piece]
+            elif peers:
                 target[piece].addmm_(A[piece], B[:, columns])  # onto the piece that rank + 1 pushed into target
             else:
                 torch.matmul(A[piece], B[:, columns], out=target[piece])  # one rank: nobody pushed
@@ -248,6 +255,40 @@ def _reduce_in_pieces(ctx, target, A, B, bias, workspace, chunks: int, growth: f
         if gather:
             signals.wait(chunks, chunks)  # every peer's reduced block has landed here
     _wait(compute, copy)  # later work (the next call's sends) is ordered after the copies
+
+
+def peers_in_turn(rank: int, world: int) -> list[int]:
+    """The order in which ``rank`` pushes to its peers: ``rank + 1, rank + 2, ...`` (modulo ``world``).
+
+    At each step every rank then sends to one peer and receives from one: the steps are permutations. In rank
+    order instead (0, 1, ... skipping itself), at 4 ranks every rank's first push went to rank 0 (rank 0's to rank
+    1), so rank 0's link took three pushes at once, and rank 3's at the last step: on 4x H200 (benchmarks/RESULTS.md,
+    fused_ops (4 GPUs), 2026-11-28) a plain copy-engine push so ordered received 237 GB/s a rank against
+    NCCL's 280-340, and the ops that pushed so (matmul_all_gather, matmul_all_reduce's gathered pieces) hid
+    -11% to 42% of what overlap can hide, where the ops already pushing in turn (the reduce-scatter,
+    all_gather_matmul) hid 64-89%. At 2 ranks both orders are the one peer.
+
+    Examples
+    --------
+    >>> peers_in_turn(1, 4), peers_in_turn(3, 4), peers_in_turn(0, 2)
+    ([2, 3, 0], [0, 1, 2], [1])
+    """
+    return [(rank + step) % world for step in range(1, world)]
+
+
+def own_product_first(world: int, chunks: int) -> bool:
+    """Whether a reduction computes this rank's own product before its peers' pieces have landed, and adds it
+    after, rather than adding it in place (``addmm_``) once they have: with one piece a block at more than 2
+    ranks. Rank + 1 then computes this rank's block last of its peers' blocks, so its piece lands one transfer
+    after this rank's last peer GEMM; computing first costs one more add of the piece instead of that wait. With
+    more pieces a block that piece lands while the next one computes, and at 2 ranks there is no spare buffer.
+
+    Examples
+    --------
+    >>> own_product_first(4, 1), own_product_first(4, 2), own_product_first(2, 1)
+    (True, False, False)
+    """
+    return world > 2 and chunks == 1
 
 
 def signals_for(ctx, workspace, slots: int) -> PieceSignals:

@@ -177,17 +177,20 @@ def _prepared(ctx, op, key, config, workspace, zero=None) -> Workspace:
 # -- checks and dispatch --------------------------------------------------------------------------------------
 def choose_path(ctx, op: str, out_shape, config: FusedConfig, B=None) -> tuple[str, int, float]:
     """``(path, pieces, growth)`` of a call: ``config.variant``, ``config.chunks`` and ``config.growth`` where
-    they say, else by the shape and the op (:mod:`iris.ops.pieces`).
+    they say, else by the shape, the op and the world size (:mod:`iris.ops.pieces`).
 
     The chunked path cuts the rows that each rank computes for one destination (its row block for
     matmul_all_reduce, the whole product for matmul_reduce_scatter's column blocks and all_gather_matmul,
     its own rows for matmul_all_gather) into pieces of at least 512 rows and 4M elements on average, at most 2
     to 4 by op (:func:`iris.ops.pieces.count`), each ``growth`` times the size of the one before
     (:func:`iris.ops.pieces.sizes`; even by default). On a GPU, given the call's ``B`` (its rows are the
-    GEMM's depth), matmul_all_gather and matmul_all_reduce cut 2 pieces instead, the last of 512 rows, where
-    that last piece's GEMM outlasts the transfer of all the rows before it
-    (:func:`iris.ops.pieces.last_piece_hides_the_rest`). ``"auto"`` takes the chunked path on GPUs when there
-    are at least 2 pieces (something to overlap), else the sequential path; matmul_all_reduce with a named
+    GEMM's depth), a row's GEMM time over its transfer to every peer (lower with more ranks:
+    :func:`iris.ops.pieces.transfer_hiding`) bounds how fast matmul_all_gather's and matmul_all_reduce's pieces
+    shrink (:func:`iris.ops.pieces.growth`), and where it is large they cut 2 pieces instead, the last of 512
+    rows, whose GEMM outlasts the transfer of all the rows before it
+    (:func:`iris.ops.pieces.last_piece_hides_the_rest`). ``"auto"`` takes the chunked path on GPUs where it has
+    something to overlap (:func:`iris.ops.pieces.overlaps`: at least 2 pieces, or, for the reductions at more
+    than 2 ranks, the peers' blocks), else the sequential path; matmul_all_reduce with a named
     ``config.all_reduce_variant`` takes the sequential path, whose all-reduce is :mod:`iris.ccl`'s of that name.
 
     Examples
@@ -197,11 +200,13 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig, B=None) -> tuple[s
     """
     world = ctx.num_ranks
     rows, columns = pieces.cut_rows(op, out_shape[0], world), out_shape[1]
-    count = config.chunks or pieces.count(op, rows, columns)
-    growth = config.growth if config.growth is not None else pieces.growth(op, rows, count)
-    if config.chunks is None and config.growth is None and ctx.backend == "cuda" and B is not None:
+    hiding = None
+    if ctx.backend == "cuda" and B is not None:
         hiding = pieces.transfer_hiding(torch.cuda.get_device_name(ctx.get_device()), B.dtype, B.shape[0], world,
                                         tf32=torch.backends.cuda.matmul.allow_tf32)
+    count = config.chunks or pieces.count(op, rows, columns)
+    growth = config.growth if config.growth is not None else pieces.growth(op, rows, count, hiding)
+    if config.chunks is None and config.growth is None:
         count, growth = pieces.last_piece_hides_the_rest(op, rows, columns, hiding) or (count, growth)
     if op == "matmul_all_reduce" and config.all_reduce_variant is not None:
         if config.variant == "chunked":
@@ -213,7 +218,7 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig, B=None) -> tuple[s
     if config.variant != "auto":
         return config.variant, count, growth
     gpu = ctx.backend == "cuda" and world > 1
-    return ("chunked" if gpu and count >= 2 else "sequential"), count, growth
+    return ("chunked" if gpu and pieces.overlaps(op, rows, columns, count, world) else "sequential"), count, growth
 
 
 def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace, path=None) -> Workspace:

@@ -34,6 +34,25 @@ the two times comes from the spec sheet of the GPU found (:func:`transfer_hiding
 - matmul_all_reduce: 2814 against 3039.
 At K = 8192, where the ratio is under 7, 3 x0.6 stays the cut.
 
+More ranks change the balance: each row goes to ``world - 1`` peers over the same link, and the reductions'
+GEMMs are ``K / world`` deep, so at 4 ranks a row's transfer takes about as long as its GEMM, or longer (by
+:func:`transfer_hiding`, matmul_all_reduce's row at K = 8192 computes in 0.38 of its push). Two rules follow,
+neither of which changes a 2-rank cut of the shapes benchmarks/fused_ops.py measures (its ratios there are 2.25
+and above):
+
+* a pushing pipeline's pieces shrink no faster than its transfers can follow (:func:`growth`): each piece's GEMM
+  should outlast the previous piece's transfer, so ``growth`` is at least ``1 / ratio``, and the pieces are even
+  where the transfers take longer than the GEMMs. (A model of the pipeline, two streams of pieces timed from
+  the 2-rank table's rates, has 3 x0.6 queue each transfer behind the last there: 3-5% slower than even pieces
+  at matmul_all_reduce's 4-rank rows of K = 8192. A model, not a measurement.)
+* the reductions' peer blocks pipeline by themselves at more than 2 ranks (:func:`overlaps`): each peer's block
+  is pushed while the next one computes, so one piece a block already overlaps. At M = 2048 on 4 ranks,
+  matmul_reduce_scatter's column blocks of 2048 x 2048 made one piece each, which left it on the sequential path,
+  behind torch's fused op (198 against 191 µs, 425 against 385; 4x H200, 2026-11-28).
+
+Neither rule has been timed at 4 ranks yet: ``NPROC=4 tests/gpu/sweep_pieces.sh`` and ``benchmarks/fused_ops.py
+--chunks`` are how a cut is checked there.
+
 Every rank cuts the same way (the sizes depend only on the lengths and the plan), so a piece's flag means the
 same rows on the rank that sends it and on the rank that waits for it.
 
@@ -77,25 +96,53 @@ GROWTH = {"matmul_all_gather": 0.6, "matmul_all_reduce": 0.6, "matmul_reduce_sca
 FIRST_ROWS = 1024
 # The pipelines whose last piece's transfer is what nothing hides (see the module doc).
 PUSHING = ("matmul_all_gather", "matmul_all_reduce")
+# The pipelines that push each peer's block of the product to that peer as it is computed (see the module doc).
+REDUCING = ("matmul_all_reduce", "matmul_reduce_scatter")
 # The shares of the spec sheet's figures that a chunked call reaches: the copy engines pushed 376-392 of NVLink's
 # 450 GB/s a direction (2xH100 and 2xH200, benchmarks/RESULTS.md), cuBLAS's bf16 GEMMs at M = 8192 ran at 685-780
 # of the 989.5 dense TFLOP/s.
 LINK_SHARE, FLOP_SHARE = 0.85, 0.7
 
 
-def growth(op: str, rows: int, count: int) -> float:
+def growth(op: str, rows: int, count: int, hiding: float | None = None) -> float:
     """The op's :data:`GROWTH` for ``rows`` rows in ``count`` pieces, or 1 (even) where a growing cut's first
-    piece would have fewer than :data:`FIRST_ROWS` rows.
+    piece would have fewer than :data:`FIRST_ROWS` rows. A pushing pipeline (:data:`PUSHING`) whose rows' GEMMs take
+    ``hiding`` times their transfers (:func:`transfer_hiding`) shrinks by no more than ``1 / hiding`` a piece, and
+    not at all where ``hiding`` is under 1: a piece's transfer then still fits under the next piece's GEMM, where
+    a faster shrink would queue each transfer behind the last (see the module doc).
 
     Examples
     --------
     >>> growth("all_gather_matmul", 8192, 2), growth("all_gather_matmul", 2048, 2)
     (5.0, 1.0)
+    >>> growth("matmul_all_gather", 2048, 3, hiding=4.5), growth("matmul_all_reduce", 2048, 3, hiding=0.38)
+    (0.6, 1.0)
+    >>> round(growth("matmul_all_reduce", 2048, 3, hiding=1.32), 2)
+    0.76
     """
     wanted = GROWTH[op]
+    if op in PUSHING and hiding is not None:
+        wanted = min(1.0, max(wanted, 1 / hiding))
     if wanted > 1 and sizes(rows, count, wanted)[0] < FIRST_ROWS:
         return 1.0
     return wanted
+
+
+def overlaps(op: str, rows: int, columns: int, count: int, world: int) -> bool:
+    """Whether a chunked call of ``count`` pieces has communication to overlap: 2 pieces or more, or, for the
+    reductions (:data:`REDUCING`) at more than 2 ranks, blocks of at least one piece's size (:data:`PIECE_ROWS`
+    rows and :data:`PIECE_ELEMENTS` elements), each peer's pushed while the next peer's computes.
+
+    Examples
+    --------
+    >>> overlaps("matmul_reduce_scatter", 2048, 2048, 1, world=4), overlaps("matmul_reduce_scatter", 2048, 2048, 1, 2)
+    (True, False)
+    >>> overlaps("matmul_all_gather", 512, 8192, 1, world=4), overlaps("matmul_all_reduce", 300, 64, 1, world=4)
+    (False, False)
+    """
+    if count >= 2:
+        return True
+    return op in REDUCING and world > 2 and rows >= PIECE_ROWS and rows * columns >= PIECE_ELEMENTS
 
 
 def last_piece_hides_the_rest(op: str, rows: int, columns: int, hiding: float | None) -> tuple[int, float] | None:
