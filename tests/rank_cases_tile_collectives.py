@@ -29,7 +29,7 @@ from iris.interpret.errors import first_cause
 from iris.language.tile_collectives import TileCollectiveError
 
 BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
-ALL_REDUCE = ("atomic", "spinlock", "one_shot", "two_shot", "ring")
+ALL_REDUCE = ("atomic", "spinlock", "one_shot", "two_shot", "ring", "push")  # push: ours, not upstream's
 PUBLISHED = ("one_shot", "two_shot", "reduce_scatter")  # the variants whose callers publish tile and lock first
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 # (M, N, BLOCK_M, BLOCK_N). On the CPU (each tile costs the interpreter about 0.1 s) 2 x 2 tiles that pass the end
@@ -66,6 +66,8 @@ def all_reduce_kernel(x, staging, out, locks, M, N, stride_m, stride_n, out_stri
             ctx.all_reduce_spinlock(tile, dst, locks)
         elif VARIANT == "ring":
             ctx.all_reduce_ring(tile, mine, dst)
+        elif VARIANT == "push":  # staging: world_size blocks of M x N, the inbox
+            ctx.all_reduce_push(tile, src, dst, locks)
         else:
             # publish: the tile into staging, then its lock (release, sys scope), as a fused kernel would
             ptrs, mask = src.tile_ptr(tile)
@@ -198,14 +200,15 @@ def _launch(ctx, kernel, *args, **constexprs):
 def _check_all_reduce(ctx, variant, dtype, M, N, BM, BN, transposed_out=False, trace=False):
     rank, world = ctx.get_rank(), ctx.get_num_ranks()
     parts = [_input(r, (M, N), dtype) for r in range(world)]
-    x, staging = _on_heap(ctx, parts[rank]), ctx.zeros(M, N, dtype=dtype)
+    # push's staging is its inbox: a block of M x N per rank
+    x, staging = _on_heap(ctx, parts[rank]), ctx.zeros(M * (world if variant == "push" else 1), N, dtype=dtype)
     out = ctx.zeros(N, M, dtype=dtype).t() if transposed_out else ctx.zeros(M, N, dtype=dtype)
     locks = ctx.zeros(_tiles(M, N, BM, BN), dtype=torch.int32)
     _launch(ctx, all_reduce_kernel, x, staging, out, locks, M, N, *x.stride(), *out.stride(), VARIANT=variant,
             BLOCK_M=BM, BLOCK_N=BN, TRACE=trace)
     expected = _sum(parts, dtype)
     # a + b rounds the same either way; with more ranks only the rank-ordered variants (and integers) are exact
-    exact = world == 2 or variant in ("one_shot", "two_shot", "reduce_scatter") or not dtype.is_floating_point
+    exact = world == 2 or variant in ("one_shot", "two_shot", "push", "reduce_scatter") or not dtype.is_floating_point
     what = f"{variant} {dtype} {M}x{N} blocks {BM}x{BN}{' out transposed' if transposed_out else ''} rank {rank}"
     if variant == "reduce_scatter":
         _expect_owned_tiles(what, out, expected, rank, world, BM, BN)

@@ -74,7 +74,7 @@ def test_upstream_names_and_signatures():
 
 def test_every_collective_against_torch_on_two_ranks():
     for result in run_ranks(2, f"{CASES}:every_collective", timeout=300):
-        assert result["checked"] == 22  # each check raised in the rank on a mismatch
+        assert result["checked"] == 24  # each check raised in the rank on a mismatch
         refusals, rank = result["refusals"], result["rank"]
         # 2 x 2 tiles: the atomic all-reduce adds each into both ranks, all_gather stores each into the peer
         assert result["traced"] == {"atomic_add -> 0": 4, "atomic_add -> 1": 4, f"store -> {1 - rank}": 4}
@@ -93,8 +93,8 @@ def test_three_ranks_under_the_race_checker_report_no_race():
     assert all(result["check"] == "races" for result in results)
     found = {(result["rank"], name): races for result in results for name, races in result["races"].items() if races}
     assert found == {}, found
-    assert set(results[0]["races"]) == {"atomic", "spinlock", "one_shot", "two_shot", "ring", "reduce_scatter",
-                                        "all_to_all"}
+    assert set(results[0]["races"]) == {"atomic", "spinlock", "one_shot", "two_shot", "ring", "push",
+                                        "reduce_scatter", "all_to_all"}
 
 
 def test_every_kernel_compiles_for_sm90(sm90_compile):
@@ -105,7 +105,7 @@ def test_every_kernel_compiles_for_sm90(sm90_compile):
     refused = {name: failed.pop(name) for name in list(failed) if name.startswith("refused ")}
     assert failed == {}, failed
     # the collectives' kernels (one traced), benchmarks/tile_all_reduce.py's, the refused
-    assert len(results) == 15 + 3 + 3
+    assert len(results) == 16 + 3 + 3
     # what the CPU refuses when the kernel runs, a GPU compile refuses with the same error (the rank is unknown here)
     assert refused["refused dim"].startswith("TileCollectiveError: all_gather: dim must be 0"), refused
     assert refused["refused shape"].startswith("TileCollectiveError: tile.data has shape [16, 16]"), refused

@@ -671,6 +671,12 @@ class DeviceContext:
         tile_collectives.all_reduce_two_shot(self, tile, src_view, dst_view, locks)
 
     @triton.jit
+    def all_reduce_push(self, tile, inbox_view, dst_view, locks):
+        """Rank ``tile_id % world_size`` sums the tiles its peers stored into its inbox and stores the sum into
+        every rank's ``dst`` (not upstream's; only remote stores)."""
+        tile_collectives.all_reduce_push(self, tile, inbox_view, dst_view, locks)
+
+    @triton.jit
     def all_reduce_ring(self, tile, src_view, dst_view):
         """Sum every rank's ``src_view`` tile, peers read in ring order, into this rank's ``dst_view``."""
         tile_collectives.all_reduce_ring(self, tile, src_view, dst_view)

@@ -30,6 +30,7 @@ What each expects from its caller:
 ``all_reduce_one_shot``       this rank's tile written to ``src`` and ``locks[tile_id]`` set to 1 (release, sys scope)
                               before the call; ``dst`` complete on return; locks left at 1 (reset before reuse)
 ``all_reduce_two_shot``       as one_shot; ``dst`` complete after every rank's kernel
+``all_reduce_push``           ``locks`` zero; ``dst`` complete after every rank's kernel (not upstream's: stores only)
 ``all_reduce_ring``           ``src`` complete on every rank before the launch (a barrier); ``dst`` on return
 ``reduce_scatter``            as one_shot; this rank's share of the tiles of ``dst`` complete on return
 ``all_gather``                ``dst`` complete after every rank's kernel
@@ -250,6 +251,49 @@ def all_reduce_two_shot(ctx, tile, src_view, dst_view, locks):
     if tile_id % ctx.world_size == ctx.rank:
         dst_ptrs, mask = dst_view.tile_ptr(tile)
         total = _sum_of_published(ctx, tile, src_view, locks + tile_id).to(dst_ptrs.dtype.element_ty)
+        tl.store(dst_ptrs, total, mask=mask)
+        vectorisable = _rows_vectorisable(dst_view, tile.pid_n * tile.block_n)
+        for step in tl.static_range(1, ctx.world_size):
+            _remote_store(ctx, dst_ptrs, total, (ctx.rank + step) % ctx.world_size, mask, vectorisable)
+
+
+@triton.jit
+def all_reduce_push(ctx, tile, inbox_view, dst_view, locks):
+    """Tile ``tile_id``'s owner, rank ``tile_id % world_size`` as in :func:`all_reduce_two_shot`, sums it and
+    writes the sum into every rank's ``dst``; the other ranks store their tile into the owner's inbox.
+
+    Not in upstream Iris. Every remote access is a store, posted (nothing waits for a reply), where two_shot's owner
+    loads each peer's published tile and waits a link round trip for each. ``inbox_view`` describes an ``M x N``
+    block of ``dst``'s shape at the start of a heap buffer of ``world_size`` such blocks stacked by rows: block
+    ``s`` receives rank ``s``'s tiles. A rank raises ``locks[tile_id]`` on the owner by one (release, after its
+    tile); the owner waits for ``world_size - 1`` (acquire), adds the parts in rank order (the same bits on every
+    rank, and as two_shot's sum) and stores the sum into every rank's ``dst``. ``locks`` (int32, one per tile of
+    ``dst``) zero on every rank before any rank starts; ``dst`` complete after every rank's kernel; the owners' locks
+    are left at ``world_size - 1`` (zero them between two barriers before the next use, as two_shot's).
+    """
+    _check_data(tile.data.shape, tile.block_m, tile.block_n)
+    tile_id = _tile_id(tile, dst_view)
+    owner = tile_id % ctx.world_size
+    lock = locks + tile_id
+    dst_ptrs, mask = dst_view.tile_ptr(tile)
+    if owner != ctx.rank:
+        box_ptrs, _ = inbox_view.offset(ctx.rank * inbox_view.M, 0).tile_ptr(tile)
+        value = tile.data.to(box_ptrs.dtype.element_ty)
+        _remote_store(ctx, box_ptrs, value, owner, mask, _rows_vectorisable(inbox_view, tile.pid_n * tile.block_n))
+        tl.debug_barrier()  # every thread's part of the tile before the release
+        ctx.atomic_add(lock, 1, owner, sem="release", scope="sys")
+    else:
+        while ctx.atomic_add(lock, 0, ctx.rank, sem="acquire", scope="sys") != ctx.world_size - 1:
+            pass
+        acc_type: tl.constexpr = accumulator_type(tile.data.dtype)
+        acc = tl.zeros((tile.block_m, tile.block_n), acc_type)
+        for rank in tl.static_range(ctx.world_size):
+            if rank == ctx.rank:
+                acc += tile.data.to(acc_type)
+            else:
+                box_ptrs, _ = inbox_view.offset(rank * inbox_view.M, 0).tile_ptr(tile)
+                acc += tl.load(box_ptrs, mask=mask, other=0).to(acc_type)
+        total = acc.to(dst_ptrs.dtype.element_ty)
         tl.store(dst_ptrs, total, mask=mask)
         vectorisable = _rows_vectorisable(dst_view, tile.pid_n * tile.block_n)
         for step in tl.static_range(1, ctx.world_size):

@@ -23,8 +23,8 @@ CUDA = {"IRIS_TEST_BACKEND": "cuda", "IRIS_BACKEND": "cuda"}
 
 def test_every_collective_every_dtype_against_torch():
     for result in run_ranks(WORLD, f"{CASES}:every_collective", True, env=CUDA, timeout=900):
-        # 4 shapes x 3 floats x 10 collectives, 4 x 3 int32 reductions, 3 column-major reductions and a gather
-        assert result["checked"] == 4 * 3 * 10 + 4 * 3 + 4
+        # 4 shapes x 3 floats x 11 collectives, 4 x 3 int32 reductions, 3 column-major reductions and a gather
+        assert result["checked"] == 4 * 3 * 11 + 4 * 3 + 4
         # device tracing sees the collectives' remote accesses: 2 x 2 tiles, atomics into both ranks, stores to peers
         other = [r for r in range(WORLD) if r != result["rank"]]
         assert result["traced"] == {**{f"atomic_add -> {r}": 4 for r in range(WORLD)},
