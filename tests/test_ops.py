@@ -123,6 +123,8 @@ def test_more_ranks_push_in_turn_and_cut_by_the_ratio_of_gemm_to_transfer(monkey
     assert cut(4, "matmul_all_reduce", 8192, 8192, 28672) == ("chunked", [896, 640, 512])
     assert cut(4, "matmul_all_gather", 8192, 8192, 8192) == ("chunked", [1024, 512, 512])
     assert cut(4, "matmul_reduce_scatter", 512, 64, 64) == ("sequential", [512])  # too small to pipeline
+    # lesson 15's shape: a GEMM too short to hide the copy engines' pushes (4x H200: 233 µs chunked, 200 sequential)
+    assert cut(4, "matmul_all_reduce", 4096, 4096, 4096) == ("sequential", [1024])
     assert pieces.growth("matmul_all_gather", 4096, 3, hiding=None) == pieces.GROWTH["matmul_all_gather"]
     assert pieces.growth("matmul_reduce_scatter", 4096, 2, hiding=0.1) == pieces.GROWTH["matmul_reduce_scatter"]
 

@@ -218,7 +218,8 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig, B=None) -> tuple[s
     if config.variant != "auto":
         return config.variant, count, growth
     gpu = ctx.backend == "cuda" and world > 1
-    return ("chunked" if gpu and pieces.overlaps(op, rows, columns, count, world) else "sequential"), count, growth
+    chunked = gpu and pieces.overlaps(op, rows, columns, count, world, hiding)
+    return ("chunked" if chunked else "sequential"), count, growth
 
 
 def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace, path=None) -> Workspace:

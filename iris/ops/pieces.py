@@ -98,6 +98,12 @@ FIRST_ROWS = 1024
 PUSHING = ("matmul_all_gather", "matmul_all_reduce")
 # The pipelines that push each peer's block of the product to that peer as it is computed (see the module doc).
 REDUCING = ("matmul_all_reduce", "matmul_reduce_scatter")
+# A reduction's one-piece-a-block pipeline at more than 2 ranks pays where a row's GEMM takes at least this part of
+# its push (transfer_hiding). 4x H200 (2026-11-28, bf16, one piece a block against sequential): won at 0.38
+# (matmul_all_reduce 2048 x 8192 x 8192: 235 against 246 µs; 2048 x 28672 x 8192: 712 against 831;
+# matmul_reduce_scatter 2048 x 8192 x 8192: 141 against 197) and 1.32; lost at 0.19 (lesson 15's matmul_all_reduce,
+# 4096 x 4096 x 4096: 233 against 200), where the copy engines' pushes outlast the GEMM they hide behind.
+BLOCK_PIPELINE_HIDING = 0.3
 # The shares of the spec sheet's figures that a chunked call reaches: the copy engines pushed 376-392 of NVLink's
 # 450 GB/s a direction (2xH100 and 2xH200, benchmarks/RESULTS.md), cuBLAS's bf16 GEMMs at M = 8192 ran at 685-780
 # of the 989.5 dense TFLOP/s.
@@ -128,21 +134,25 @@ def growth(op: str, rows: int, count: int, hiding: float | None = None) -> float
     return wanted
 
 
-def overlaps(op: str, rows: int, columns: int, count: int, world: int) -> bool:
+def overlaps(op: str, rows: int, columns: int, count: int, world: int, hiding: float | None = None) -> bool:
     """Whether a chunked call of ``count`` pieces has communication to overlap: 2 pieces or more, or, for the
     reductions (:data:`REDUCING`) at more than 2 ranks, blocks of at least one piece's size (:data:`PIECE_ROWS`
-    rows and :data:`PIECE_ELEMENTS` elements), each peer's pushed while the next peer's computes.
+    rows and :data:`PIECE_ELEMENTS` elements), each peer's pushed while the next peer's computes, where the GEMM
+    hides enough of the pushes to pay for them (``hiding``, :func:`transfer_hiding`, at least
+    :data:`BLOCK_PIPELINE_HIDING`; None: not known, sequential).
 
     Examples
     --------
-    >>> overlaps("matmul_reduce_scatter", 2048, 2048, 1, world=4), overlaps("matmul_reduce_scatter", 2048, 2048, 1, 2)
+    >>> op = "matmul_reduce_scatter"
+    >>> overlaps(op, 2048, 2048, 1, world=4, hiding=0.38), overlaps(op, 2048, 2048, 1, world=2, hiding=0.38)
     (True, False)
-    >>> overlaps("matmul_all_gather", 512, 8192, 1, world=4), overlaps("matmul_all_reduce", 300, 64, 1, world=4)
+    >>> overlaps("matmul_all_gather", 512, 8192, 1, 4), overlaps("matmul_all_reduce", 1024, 4096, 1, 4, hiding=0.19)
     (False, False)
     """
     if count >= 2:
         return True
-    return op in REDUCING and world > 2 and rows >= PIECE_ROWS and rows * columns >= PIECE_ELEMENTS
+    return (op in REDUCING and world > 2 and rows >= PIECE_ROWS and rows * columns >= PIECE_ELEMENTS
+            and hiding is not None and hiding >= BLOCK_PIPELINE_HIDING)
 
 
 def last_piece_hides_the_rest(op: str, rows: int, columns: int, hiding: float | None) -> tuple[int, float] | None:
