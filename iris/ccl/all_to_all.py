@@ -39,6 +39,23 @@ from .workspace import Workspace, reuse_or_allocate
 
 
 @triton.jit
+def tile_of(tile, tiles_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Rows, columns and bounds mask of tile ``tile`` (row-major, ``tiles_n`` tiles a row) of an M x N chunk."""
+    rows = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return rows, cols, (rows < M)[:, None] & (cols < N)[None, :]
+
+
+@triton.jit
+def remote(ctx, ptrs, peer, mask, WIDE: tl.constexpr):
+    """``peer``'s address of a tile's ``ptrs``; with ``WIDE`` (rows of 16 aligned contiguous elements) hinted so
+    that the remote access may be vectorised."""
+    if WIDE:
+        return ctx.as_remote(ptrs, peer, mask, (1, 16))
+    return ctx.as_remote(ptrs, peer, mask)
+
+
+@triton.jit
 def all_to_all_kernel(context, inp, out, flags, epochs, M, N, stride_m, rank: tl.constexpr, world: tl.constexpr,
                       rank_start: tl.constexpr, rank_stride: tl.constexpr, num_ranks: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WAIT_DONE: tl.constexpr, WIDE: tl.constexpr):
@@ -51,15 +68,9 @@ def all_to_all_kernel(context, inp, out, flags, epochs, M, N, stride_m, rank: tl
     for i in tl.static_range(world):
         source = (rank + i) % world
         for tile in range(pid, tl.cdiv(M, BLOCK_M) * tiles_n, num_programs):
-            rows = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
-            cols = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
-            mask = (rows < M)[:, None] & (cols < N)[None, :]
+            rows, cols, mask = tile_of(tile, tiles_n, M, N, BLOCK_M, BLOCK_N)
             src = inp + rows[:, None] * stride_m + (rank * N + cols)[None, :]
-            if WIDE:  # rows of 16 aligned contiguous elements: remote loads may be vectorised
-                remote = ctx.as_remote(src, source, mask, (1, 16))
-            else:
-                remote = ctx.as_remote(src, source, mask)
-            value = tl.load(remote, mask=mask)
+            value = tl.load(remote(ctx, src, source, mask, WIDE), mask=mask)
             tl.store(out + rows[:, None] * stride_m + (source * N + cols)[None, :], value, mask=mask)
     if WAIT_DONE:  # nobody reads this rank's input any more
         exchange(ctx, flags, DONE, epoch, pid, num_programs)
@@ -81,23 +92,15 @@ def push_all_to_all_kernel(context, inp, out, inbox, flags, epochs, M, N, stride
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tl.cdiv(M, BLOCK_M) * tiles_n
     for tile in range(pid, tiles, num_programs):
-        rows = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask = (rows < M)[:, None] & (cols < N)[None, :]
+        rows, cols, mask = tile_of(tile, tiles_n, M, N, BLOCK_M, BLOCK_N)
         for i in tl.static_range(1, world):
             peer = (rank + i) % world  # everyone starts with a different peer
             value = tl.load(inp + rows[:, None] * stride_m + (peer * N + cols)[None, :], mask=mask)
             dst = box + rank * stride + rows[:, None] * N + cols[None, :]
-            if WIDE:  # rows of 16 aligned contiguous elements: remote stores may be vectorised
-                remote = ctx.as_remote(dst, peer, mask, (1, 16))
-            else:
-                remote = ctx.as_remote(dst, peer, mask)
-            tl.store(remote, value, mask=mask)
+            tl.store(remote(ctx, dst, peer, mask, WIDE), value, mask=mask)
     exchange(ctx, flags, DELIVERED, epoch, pid, num_programs)
     for tile in range(pid, tiles, num_programs):
-        rows = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask = (rows < M)[:, None] & (cols < N)[None, :]
+        rows, cols, mask = tile_of(tile, tiles_n, M, N, BLOCK_M, BLOCK_N)
         for source in tl.static_range(world):
             if source == rank:
                 src = inp + rows[:, None] * stride_m + (rank * N + cols)[None, :]
