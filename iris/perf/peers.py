@@ -5,9 +5,9 @@ times them in its tables and :func:`iris.perf.sweep` beside ``ctx.ccl.all_reduce
 Examples
 --------
 >>> peers = Peers(nccl_group)                                  # doctest: +SKIP
->>> peer = peers.make("torch two_shot", inp)                   # None where this torch or machine has none
->>> peer.load(); peer.call(); peer.result                      # the sum, in the peer's own buffer
->>> peer.release()
+>>> peer = peers.make("torch two_shot", inp)   # None where this torch or machine has none  # doctest: +SKIP
+>>> peer.load(); peer.call(); peer.result      # the sum, in the peer's own buffer           # doctest: +SKIP
+>>> peer.release()                                                                          # doctest: +SKIP
 """
 
 from __future__ import annotations
