@@ -17,7 +17,7 @@ inboxes are at most 4 MiB. The output must be a tensor separate from the input.
 Examples
 --------
 >>> inp = ctx.randn(8, 4 * ctx.num_ranks); out = ctx.zeros_like(inp)     # doctest: +SKIP
->>> ctx.ccl.all_to_all(out, inp)    # out[:, 4 * s:4 * s + 4] == rank s's inp[:, 4 * r:4 * r + 4]
+>>> ctx.ccl.all_to_all(out, inp)    # out[:, 4 * s:4 * s + 4] == rank s's inp[:, 4 * r:4 * r + 4]  # doctest: +SKIP
 """
 
 from __future__ import annotations
