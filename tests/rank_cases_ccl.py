@@ -464,3 +464,22 @@ def graph_capture(numel):
         _check_equal(f"graph replay {call} all_gather", gathered,
                      torch.cat([_values(s, call, (numel,), dtype) for s in range(world)]))
     return {"rank": r, "replays": 3}
+
+
+def inbox_out_of_heap():
+    """An inbox variant whose scratch does not fit in a small CPU heap: every rank raises a MemoryError that names
+    the collective, the inbox's size and the variant that needs none; the heap then still serves that variant."""
+    ctx = iris.iris("8MiB", backend=BACKEND)
+    inp, out = ctx.zeros(1 << 19), ctx.zeros(1 << 19)  # 2 MiB each: two_shot_push's inbox of 4 MiB cannot fit
+    _fill(ctx, inp, ctx.cur_rank, 0)
+    message = None
+    try:
+        ctx.ccl.all_reduce(out, inp, config=Config(all_reduce_variant="two_shot_push"))
+    except MemoryError as error:
+        message = str(error)
+    ctx.barrier()
+    ctx.ccl.all_reduce(out, inp, config=Config(all_reduce_variant="two_shot", block_size=1 << 16))
+    ctx.barrier()
+    _check_close("two_shot after the refusal", out, _sum_reference(ctx.num_ranks, 0, (1 << 19,), torch.float32),
+                 torch.float32, ctx.num_ranks)
+    return {"rank": ctx.cur_rank, "message": message}

@@ -116,3 +116,11 @@ def test_device_barrier_async_op_and_errors():
     results = run_ranks(3, f"{CASES}:barrier_async_and_errors", timeout=240)
     ranks_named = [all(f"rank {r['rank']}:" in m for m in r["messages"][:5]) for r in results]
     assert all(ranks_named), results[0]["messages"]
+
+
+def test_an_inbox_that_does_not_fit_says_which_variant_needs_none():
+    for r in run_ranks(2, f"{CASES}:inbox_out_of_heap", timeout=240):
+        message = r["message"]
+        assert message is not None and f"rank {r['rank']}:" in message, message
+        assert "all_reduce 'two_shot_push' keeps a scratch (its inbox) of 4194304 bytes" in message, message
+        assert "Config(all_reduce_variant='two_shot') needs none" in message, message

@@ -40,6 +40,15 @@ class Work:
         self._ctx.device_barrier(group=self.group)
 
 
+# What to ask for instead when an inbox variant's scratch does not fit in the heap.
+INBOX_FREE = {
+    "all_reduce": "Config(all_reduce_variant='two_shot') needs none, or give the heap more room",
+    "reduce_scatter": "Config(reduce_scatter_variant='two_shot') needs none, or give the heap more room",
+    "all_gather": "Config(all_gather_variant='pull') needs none, or give the heap more room",
+    "all_to_all": "Config(all_to_all_variant='pull') needs none, or give the heap more room",
+}
+
+
 @dataclass(eq=False)
 class Workspace(Work):
     """Flags, per-program call counters and scratch for one collective of one shape, dtype and launch shape.
@@ -94,7 +103,13 @@ class Workspace(Work):
         epochs = torch.zeros(programs, dtype=torch.int32, device=ctx.device)
         buffer = None
         if scratch is not None:
-            buffer = ctx.zeros(scratch[0], dtype=scratch[1], name=f"ccl.{name}.scratch")
+            try:
+                buffer = ctx.zeros(scratch[0], dtype=scratch[1], name=f"ccl.{name}.scratch")
+            except MemoryError as error:  # the inbox variants' scratch holds copies of the input: say so
+                nbytes = scratch[0] * torch.empty((), dtype=scratch[1]).element_size()
+                raise MemoryError(
+                    f"{error}\n{key[0]} {key[1]!r} keeps a scratch (its inbox) of {nbytes} bytes on the heap for "
+                    f"this shape: {INBOX_FREE.get(key[0], 'a larger heap')}") from None
         return cls(ctx, key, programs, flags, epochs, buffer, group=None if members is None else members.group)
 
 
