@@ -17,14 +17,13 @@ from __future__ import annotations
 import io
 import os
 import re
-import shutil
 import time
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from .browser.jupyter import CHROMIUM, CHROMIUM_ARGS, ROOT, JupyterServer, chromium_problem, wait_gone
+from .browser.jupyter import ROOT, chromium_problem, notebook_page
 from .browser.layout import layout_problems, untitled_picture_problem
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_heap_files_left_behind")]
@@ -64,39 +63,18 @@ def run_all_cells(page) -> None:
 
 def test_widgets_render_in_jupyterlab(tmp_path):
     require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    work = tmp_path / "notebooks"
-    work.mkdir()
-    shutil.copy(NOTEBOOK, work / NOTEBOOK.name)  # the server saves outputs into its copy, not ours
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    server = JupyterServer(work).start()
-    left = []
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(server.url(f"lab/tree/{NOTEBOOK.name}"))
-                try:
-                    run_all_cells(page)
-                    page.get_by_text("stopped 2 ranks").wait_for(timeout=RUN_SECONDS * 1000)
-                finally:
-                    page.screenshot(path=ARTIFACTS / "notebook.png")
-                check_page(page)
-                cluster = page.locator(".jp-OutputArea-output", has_text="CLUSTER_PIDS").inner_text()
-                left = [int(pid) for pid in re.findall(r"\d+", cluster)]
-                assert len(left) >= 5  # the controller's processes and two engines
-            finally:
-                browser.close()
-        left += server.descendants()
-    except BaseException:
-        print(server.log_tail())
-        raise
-    finally:
-        server.stop()
-    assert wait_gone(left, 20) == [], "the cluster or the Jupyter server left processes behind"
+    with notebook_page(NOTEBOOK, tmp_path, {"width": 1400, "height": 1000}) as (page, left):
+        try:
+            run_all_cells(page)
+            page.get_by_text("stopped 2 ranks").wait_for(timeout=RUN_SECONDS * 1000)
+        finally:
+            page.screenshot(path=ARTIFACTS / "notebook.png")
+        check_page(page)
+        cluster = page.locator(".jp-OutputArea-output", has_text="CLUSTER_PIDS").inner_text()
+        left += [int(pid) for pid in re.findall(r"\d+", cluster)]
+        assert len(left) >= 5  # the controller's processes and two engines
     print(f"browser test: {time.monotonic() - started:.1f} s from server start to everything stopped")
 
 

@@ -11,7 +11,6 @@ polls its flag, then copies the mailbox.
 from __future__ import annotations
 
 import re
-import shutil
 import textwrap
 
 import nbformat
@@ -21,7 +20,7 @@ import workbench
 from iris.instruments.stepping import Order
 from workbench.widgets.static import static_html
 
-from .browser.jupyter import CHROMIUM, CHROMIUM_ARGS, ROOT, JupyterServer, wait_gone
+from .browser.jupyter import ROOT, notebook_page
 from .browser.layout import layout_problems
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_heap_files_left_behind")]
@@ -230,56 +229,36 @@ def test_an_exported_notebook_shows_the_transcript_as_a_table_in_html_and_text(t
 def test_a_click_in_jupyterlab_moves_the_rank_to_its_next_line(tmp_path):
     """tests/browser/stepper.ipynb holds a stepped cell; in JupyterLab, clicking rank 1's button moves its panel
     from the host barrier to the flag's poll (the marked line follows), and rank 0's to its store."""
-    from playwright.sync_api import sync_playwright
-
     from .test_browser import require_chromium
 
     require_chromium()
-    work = tmp_path / "notebooks"
-    work.mkdir()
-    shutil.copy(NOTEBOOK, work / NOTEBOOK.name)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    server = JupyterServer(work).start()
-    left = []
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1200})
-                page.goto(server.url(f"lab/tree/{NOTEBOOK.name}"))
-                run_all_but_the_last_cell(page)
-                view = page.locator(".iris-stepper-view >> visible=true")
-                view.wait_for(timeout=180_000)
-                rank1 = view.locator(".iris-stepper-rank").nth(1)
-                assert "held before a host barrier (ctx.barrier) at line 19" in rank1.inner_text()
-                assert page.locator(".iris-static >> visible=true").count() == 0  # the widget hides its twin
-                view.get_by_role("button", name="step every rank once").click()
-                marked(rank1).filter(has_text="while tl.atomic_cas").wait_for(timeout=60_000)
-                rank1.get_by_role("button", name="step rank 1").click()  # one poll: held at the same line again
-                view.locator(".iris-step-transcript tr").nth(3).wait_for(timeout=60_000)
-                assert "held before tl.atomic_cas (atomic_cas) at line 14" in rank1.inner_text()
-                rank0 = view.locator(".iris-stepper-rank").nth(0)
-                rank0.get_by_role("button", name="step rank 0").click()  # the store: rank 0 moves to the flag
-                marked(rank0).filter(has_text="iris.atomic_xchg(flag").wait_for(timeout=60_000)
-                assert view.locator(".iris-rank-panel img").count() == 2  # mailbox and flag on rank 1
-                view.screenshot(path=ARTIFACTS / "stepper-view.png")
-                problems = layout_problems(view, ".jp-OutputArea-output")
-                assert not problems, "\n".join(problems)
-                cluster = page.locator(".jp-OutputArea-output", has_text="CLUSTER_PIDS").inner_text()
-                left = [int(pid) for pid in re.findall(r"\d+", cluster)]
-                page.locator(".jp-Cell").last.click()
-                page.keyboard.press("Shift+Enter")  # the last cell: %iris stop
-                page.get_by_text("stopped 2 ranks").wait_for(timeout=120_000)
-                assert page.locator("[data-mime-type='application/vnd.jupyter.error']").count() == 0
-            finally:
-                browser.close()
-        left += server.descendants()
-    except BaseException:
-        print(server.log_tail())
-        raise
-    finally:
-        server.stop()
-    assert len(left) >= 5 and wait_gone(left, 20) == [], "the cluster or the Jupyter server left processes behind"
+    with notebook_page(NOTEBOOK, tmp_path, {"width": 1400, "height": 1200}) as (page, left):
+        run_all_but_the_last_cell(page)
+        view = page.locator(".iris-stepper-view >> visible=true")
+        view.wait_for(timeout=180_000)
+        rank1 = view.locator(".iris-stepper-rank").nth(1)
+        assert "held before a host barrier (ctx.barrier) at line 19" in rank1.inner_text()
+        assert page.locator(".iris-static >> visible=true").count() == 0  # the widget hides its twin
+        view.get_by_role("button", name="step every rank once").click()
+        marked(rank1).filter(has_text="while tl.atomic_cas").wait_for(timeout=60_000)
+        rank1.get_by_role("button", name="step rank 1").click()  # one poll: held at the same line again
+        view.locator(".iris-step-transcript tr").nth(3).wait_for(timeout=60_000)
+        assert "held before tl.atomic_cas (atomic_cas) at line 14" in rank1.inner_text()
+        rank0 = view.locator(".iris-stepper-rank").nth(0)
+        rank0.get_by_role("button", name="step rank 0").click()  # the store: rank 0 moves to the flag
+        marked(rank0).filter(has_text="iris.atomic_xchg(flag").wait_for(timeout=60_000)
+        assert view.locator(".iris-rank-panel img").count() == 2  # mailbox and flag on rank 1
+        view.screenshot(path=ARTIFACTS / "stepper-view.png")
+        problems = layout_problems(view, ".jp-OutputArea-output")
+        assert not problems, "\n".join(problems)
+        cluster = page.locator(".jp-OutputArea-output", has_text="CLUSTER_PIDS").inner_text()
+        left += [int(pid) for pid in re.findall(r"\d+", cluster)]
+        assert len(left) >= 5  # the controller's processes and two engines
+        page.locator(".jp-Cell").last.click()
+        page.keyboard.press("Shift+Enter")  # the last cell: %iris stop
+        page.get_by_text("stopped 2 ranks").wait_for(timeout=120_000)
+        assert page.locator("[data-mime-type='application/vnd.jupyter.error']").count() == 0
 
 
 # -- reading the view -----------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -156,3 +157,40 @@ def chromium_problem() -> str | None:
     if shutil.which(CHROMIUM) or os.path.exists(CHROMIUM):
         return None
     return f"{CHROMIUM} is missing: run scripts/browser_deps.sh (as root: apt-get install -y chromium)"
+
+
+@contextlib.contextmanager
+def notebook_page(notebook: Path, workdir: Path, viewport: dict):
+    """A headless Chromium page on ``notebook`` in JupyterLab, served from a copy in ``workdir`` (the server saves
+    outputs into its copy, not ours); yields ``(page, left)``, ``left`` a list for the test to fill with the pids
+    its cluster started. On leaving: the browser closed, the server stopped (the tail of its log printed if the
+    test failed), and every pid of ``left`` and of the server's children gone within 20 s.
+
+    Examples
+    --------
+    >>> with notebook_page(NOTEBOOK, tmp_path, {"width": 1400, "height": 1000}) as (page, left):  # doctest: +SKIP
+    ...     page.get_by_text("stopped 2 ranks").wait_for()
+    """
+    from playwright.sync_api import sync_playwright
+
+    work = workdir / "notebooks"
+    work.mkdir()
+    shutil.copy(notebook, work / notebook.name)
+    server = JupyterServer(work).start()
+    left: list[int] = []
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport=viewport)
+                page.goto(server.url(f"lab/tree/{notebook.name}"))
+                yield page, left
+            finally:
+                browser.close()
+        left += server.descendants()
+    except BaseException:
+        print(server.log_tail())
+        raise
+    finally:
+        server.stop()
+    assert wait_gone(left, 20) == [], "the cluster or the Jupyter server left processes behind"
