@@ -85,6 +85,11 @@ def tune_point(ctx, collective: str, dtype: torch.dtype, nbytes: int, world: int
     return row, line
 
 
+def point_of(line: str) -> tuple:
+    """(collective, dtype, size) of a line of the tuned table: the point it measured."""
+    return tuple(line.split(" | ")[:3])
+
+
 def earlier_lines(title: str) -> dict:
     """{(collective, dtype, size): table line} of the section ``title`` of RESULTS.md as an earlier run left it."""
     text = RESULTS.read_text() if RESULTS.exists() else ""
@@ -93,7 +98,7 @@ def earlier_lines(title: str) -> dict:
         return {}
     end = text.find("\n## ", start + 1)
     body = text[start:end if end >= 0 else len(text)]
-    return {tuple(line.split(" | ")[:3]): line for line in body.splitlines()
+    return {point_of(line): line for line in body.splitlines()
             if line.startswith("| ") and not line.startswith(("| collective", "|---"))}
 
 
@@ -103,7 +108,7 @@ def write(rows: list[dict], lines: list[str], world: int, gpu: str, ship: bool) 
     False."""
     title = f"Tuned collectives on {world}x {gpu}"
     merged = earlier_lines(title)
-    merged.update({tuple(line.split(" | ")[:3]): line for line in lines})
+    merged.update({point_of(line): line for line in lines})
     header = ("| collective | dtype | size | size rules (µs) | tuned (µs) | speed-up | chosen |\n"
               "|---|---|---|---|---|---|---|")
     write_section(title, f"{environment()} (the last run; rows of earlier runs kept where it measured other "

@@ -308,11 +308,9 @@ def candidates(ctx, collective: str, config: Config, fixed: dict, nbytes: int, w
         "all_reduce_variant": rule_first(choose_variant(nbytes, world),
                                          inbox + ["two_shot", "two_shot_push"] + ["ring"] * (world > 2)),
         "reduce_scatter_variant": rule_first(choose_scatter_variant(None, nbytes, world), ["two_shot", "push"]),
-        "all_gather_variant": rule_first(choose_gather_variant(None, nbytes, world), ["push"] * bool(inbox) + ["pull"]),
-        # push's inbox holds twice the input: tried only where the rule's cap allows it, as all_gather's; Gluon pulls
-        "all_to_all_variant": rule_first(choose_all_to_all_variant(None, nbytes, world, config.use_gluon),
-                                         ["push"] * (use_inbox(nbytes // world, world) and not config.use_gluon)
-                                         + ["pull"]),
+        # push's inbox holds copies of the input: tried only where the rule picks it (within its cap), pull always
+        "all_gather_variant": rule_first(choose_gather_variant(None, nbytes, world), ["pull"]),
+        "all_to_all_variant": rule_first(choose_all_to_all_variant(None, nbytes, world, config.use_gluon), ["pull"]),
         "block_size": rule_first(block_size(ctx, Config()), [4096, 2048, 1024, 8192]),
         "comm_sms": sorted({g for g in (sms, sms // 2, sms // 4, 16, 8) if 1 <= g <= sms}, reverse=True),
         "num_warps": rule_first(DEFAULTS["num_warps"], [8, 4, 16]),

@@ -40,13 +40,8 @@ class Work:
         self._ctx.device_barrier(group=self.group)
 
 
-# What to ask for instead when an inbox variant's scratch does not fit in the heap.
-INBOX_FREE = {
-    "all_reduce": "Config(all_reduce_variant='two_shot') needs none, or give the heap more room",
-    "reduce_scatter": "Config(reduce_scatter_variant='two_shot') needs none, or give the heap more room",
-    "all_gather": "Config(all_gather_variant='pull') needs none, or give the heap more room",
-    "all_to_all": "Config(all_to_all_variant='pull') needs none, or give the heap more room",
-}
+# The variant of each collective that keeps no inbox: what to ask for when an inbox's scratch does not fit the heap.
+NO_INBOX = {"all_reduce": "two_shot", "reduce_scatter": "two_shot", "all_gather": "pull", "all_to_all": "pull"}
 
 
 @dataclass(eq=False)
@@ -106,10 +101,11 @@ class Workspace(Work):
             try:
                 buffer = ctx.zeros(scratch[0], dtype=scratch[1], name=f"ccl.{name}.scratch")
             except MemoryError as error:  # the inbox variants' scratch holds copies of the input: say so
-                nbytes = scratch[0] * torch.empty((), dtype=scratch[1]).element_size()
+                instead = (f"Config({key[0]}_variant={NO_INBOX[key[0]]!r}) needs none, or give the heap more room"
+                           if key[0] in NO_INBOX else "give the heap more room")
                 raise MemoryError(
-                    f"{error}\n{key[0]} {key[1]!r} keeps a scratch (its inbox) of {nbytes} bytes on the heap for "
-                    f"this shape: {INBOX_FREE.get(key[0], 'a larger heap')}") from None
+                    f"{error}\n{key[0]} {key[1]!r} keeps a scratch (its inbox) of {scratch[0] * scratch[1].itemsize} "
+                    f"bytes on the heap for this shape: {instead}") from None
         return cls(ctx, key, programs, flags, epochs, buffer, group=None if members is None else members.group)
 
 

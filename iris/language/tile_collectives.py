@@ -152,9 +152,9 @@ def _remote_store(ctx, ptrs, value, rank, mask, vectorisable):
 
 
 @triton.jit
-def _wait_for_flag(ctx, flag, rank):
-    """Spin until ``rank``'s copy of ``flag`` is 1 (acquire: what that rank wrote before setting it is visible)."""
-    while ctx.atomic_add(flag, 0, rank, sem="acquire", scope="sys") != 1:
+def _wait_for_flag(ctx, flag, rank, value):
+    """Spin until ``rank``'s copy of ``flag`` is ``value`` (acquire: what was written before it was set is visible)."""
+    while ctx.atomic_add(flag, 0, rank, sem="acquire", scope="sys") != value:
         pass
 
 
@@ -164,7 +164,7 @@ def _part(ctx, tile, src_ptrs, mask, flag, rank: tl.constexpr, vectorisable, acc
     if rank == ctx.rank:
         part = tile.data.to(acc_type)
     else:
-        _wait_for_flag(ctx, flag, rank)
+        _wait_for_flag(ctx, flag, rank, 1)
         part = _remote_load(ctx, src_ptrs, rank, mask, vectorisable).to(acc_type)
     return part
 
@@ -283,8 +283,7 @@ def all_reduce_push(ctx, tile, inbox_view, dst_view, locks):
         tl.debug_barrier()  # every thread's part of the tile before the release
         ctx.atomic_add(lock, 1, owner, sem="release", scope="sys")
     else:
-        while ctx.atomic_add(lock, 0, ctx.rank, sem="acquire", scope="sys") != ctx.world_size - 1:
-            pass
+        _wait_for_flag(ctx, lock, ctx.rank, ctx.world_size - 1)  # every peer's tile has landed
         acc_type: tl.constexpr = accumulator_type(tile.data.dtype)
         acc = tl.zeros((tile.block_m, tile.block_n), acc_type)
         for rank in tl.static_range(ctx.world_size):
