@@ -23,8 +23,9 @@ matmul_all_gather), CUDA-graph timed (:func:`benchmarks.allreduce.measure`), the
 * **T**: ours, ``ctx.ops.<op>``, and the path it took (and, where that is not the sequential path, the
   sequential path's time too);
 * why a goal is missed: **GEMM in pieces**, the chunked path's GEMMs alone, cut as it cuts them (G over it:
-  their efficiency against one cuBLAS call); **link**, the GB/s of NCCL's collective and of a plain
-  copy-engine push of the same bytes; **host**, µs until an eager call of S and of T returns.
+  their efficiency against one cuBLAS call); **link**, the GB/s of NCCL's collective and of the copy engines
+  pushing the same bytes as the chunked path does (:func:`copy_engine_push`); **host**, µs until an eager call
+  of S and of T returns.
 
 Each timing is the median of 5 rounds (ROUNDS) that take the callables in rotated order (a hot GPU clocks down).
 
@@ -50,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks import allreduce  # noqa: E402
 from benchmarks.allreduce import host_cost  # noqa: E402
+from benchmarks.copy_engines import gather_by_copy_engines  # noqa: E402
 from benchmarks.results import RESULTS, environment, write_section  # noqa: E402
 from iris.ops.chunked import own_product_first, peers_in_turn  # noqa: E402
 from iris.ops.pieces import boundary_rows, cut_rows, split  # noqa: E402
@@ -171,19 +173,13 @@ def reduction_pieces(A, B, scratch, rank, world, chunks, growth, by_rows: bool) 
 
 
 def copy_engine_push(ctx, received: int):
-    """A callable that pushes ``received`` bytes (split over the peers) from a heap buffer into every peer's
-    copy of it, and the buffer: the copy engines' rate bounds the chunked path's communication. The peers in the
-    chunked path's order (:func:`iris.ops.chunked.peers_in_turn`: at each step every rank receives from one);
-    in rank order, at 4 ranks three ranks pushed to rank 0 at once (237 GB/s a rank, 2026-11-28)."""
-    rank, world = ctx.get_rank(), ctx.get_num_ranks()
-    buffer = ctx.zeros(max(received // (world - 1), 1), dtype=torch.uint8)
-    peers = [ctx.as_remote(buffer, peer) for peer in peers_in_turn(rank, world)]
-
-    def push():
-        for peer_buffer in peers:
-            peer_buffer.copy_(buffer)
-
-    return push, buffer
+    """A callable that makes every rank receive ``received`` bytes from its peers (an all_gather by peer-to-peer
+    memcpys, :func:`benchmarks.copy_engines.gather_by_copy_engines`) as the chunked path pushes them: one stream,
+    the peers in turn (:func:`iris.ops.chunked.peers_in_turn`); and its buffer. The copy engines' rate bounds the
+    chunked path's communication."""
+    world = ctx.get_num_ranks()
+    buffer = ctx.zeros(max(received // (world - 1), 1) * world, dtype=torch.uint8)
+    return gather_by_copy_engines(ctx, buffer, "in turn"), buffer
 
 
 def _torch_fused(name, A, B, group):
@@ -411,7 +407,8 @@ def report(rows, world, environment_line) -> str:
     lines = [f"{environment_line}; {world} ranks, bf16, CUDA-graph replays ({CALLS} calls per graph), µs per call, the "
              "slowest rank's. Bound: max(G, C); goal for M = 8192: T <= bound + 0.3 (S - bound). "
              "GEMM in pieces: the chunked path's GEMMs alone, without communication (their efficiency: G / that). "
-             "Link: GB/s each rank received, by NCCL (bytes / C) and by a plain copy-engine push of the same bytes. "
+             "Link: GB/s each rank received, by NCCL (bytes / C) and by the copy engines pushing the same bytes "
+             "as the chunked path pushes them (one stream, the peers in turn). "
              "Host: µs until a call returns, the GPU idle before it (S, T): an eager loop is host-bound where it "
              "exceeds the GPU time. Hidden above 100% and pieces above 100% of cuBLAS mean that the GEMM ran faster "
              "cut up than as one call in that run (timings vary by 1-2% with the GPU's clocks); they are shown as "

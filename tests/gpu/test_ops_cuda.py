@@ -1,5 +1,6 @@
 """GEMM + communication ops (ctx.ops) on the CUDA backend: the CPU suite's rank cases with IRIS_TEST_BACKEND=cuda
-on 2 ranks (sharing a GPU when there is only one), at shapes of a few hundred, fp32, bf16 and fp16.
+on 2 ranks (3 and 4 for the chunked path's pieces; ranks share GPUs where there are fewer), at shapes of a few
+hundred, fp32, bf16 and fp16.
 
 Run on a GPU machine by tests/gpu/run_gpu_checks.sh (or ``pytest tests/gpu/test_ops_cuda.py``).
 """
@@ -34,8 +35,11 @@ def test_views_as_inputs_and_alternating_shapes_on_gpu():
 
 
 
-def test_pieces_that_grow_or_shrink_on_gpu():
-    results = run_ranks(2, f"{CASES}:uneven_pieces", env=CUDA)
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_pieces_that_grow_or_shrink_on_gpu(world):
+    """Every op on the chunked path, cut three ways and called repeatedly (replayed graphs), against the
+    sequential path; from 3 ranks a rank pushes to several peers in turn, and stages its reductions' pieces."""
+    results = run_ranks(world, f"{CASES}:uneven_pieces", env=CUDA)
     for result in results:
         assert all(error < 1e-3 for error in result["errors"].values()), result["errors"]  # (TF32)
 
