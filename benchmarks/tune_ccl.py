@@ -31,6 +31,7 @@ import iris  # noqa: E402
 from benchmarks.results import RESULTS, environment, write_section  # noqa: E402
 from iris.ccl import Config, tuning  # noqa: E402
 from iris.ccl.groups import members  # noqa: E402
+from iris.ccl.launch import has_copy_engines  # noqa: E402
 from iris.ccl.rules import choose_all_to_all_variant, choose_gather_variant, choose_variant  # noqa: E402
 from iris.instruments.replay import replay_time  # noqa: E402
 from iris.perf.sweep import tensors  # noqa: E402
@@ -53,10 +54,11 @@ def rule_config(ctx, collective: str, inp, world: int) -> Config:
     if collective == "all_reduce":
         fields["all_reduce_variant"] = choose_variant(nbytes, world)
     elif collective == "all_gather":
-        fields["all_gather_variant"] = choose_gather_variant(None, nbytes, world)
+        fields["all_gather_variant"] = choose_gather_variant(None, nbytes, world, has_copy_engines(ctx, Config()))
     elif collective == "all_to_all":
         fields.update(block_size_m=32, block_size_n=64,
-                      all_to_all_variant=choose_all_to_all_variant(None, nbytes, world))
+                      all_to_all_variant=choose_all_to_all_variant(None, nbytes, world,
+                                                                   copy_engines=has_copy_engines(ctx, Config())))
         del fields["block_size"]
     return Config(**fields)
 
@@ -78,8 +80,9 @@ def tune_point(ctx, collective: str, dtype: torch.dtype, nbytes: int, world: int
     chosen = tuning.chosen_fields(made, collective)
     tuned = Config(**chosen)
     tuned_us = replay_time(lambda: call(ctx, collective, out, inp, tuned), calls=calls, timed_ms=10.0).us
-    row = {"collective": collective, "world": world, "dtype": str(dtype).split(".")[-1], "bytes": nbytes, **chosen,
-           "us": round(tuned_us, 2)}
+    # keyed as calls look rows up (iris.ccl.tuning.table_row): by one rank's input, which is all_gather's output / world
+    row = {"collective": collective, "world": world, "dtype": str(dtype).split(".")[-1],
+           "bytes": inp.numel() * inp.element_size(), **chosen, "us": round(tuned_us, 2)}
     line = (f"| {collective} | {str(dtype).split('.')[-1]} | {nbytes // KiB} KiB | {rule_us:.1f} | {tuned_us:.1f} | "
             f"{rule_us / tuned_us:.2f}x | {', '.join(f'{k}={v}' for k, v in chosen.items())} |")
     return row, line

@@ -163,6 +163,11 @@ def async_op_shared_workspace_and_errors():
         _raises(ValueError, "separate tensor", lambda: ctx.ccl.all_to_all(square, square, config=gluon)),
         _raises(ValueError, "the Gluon kernel pulls", lambda: ctx.ccl.all_to_all(
             ctx.zeros_like(square), square, config=Config(use_gluon=True, all_to_all_variant="push"))),
+        _raises(ValueError, "the Gluon kernel pulls", lambda: ctx.ccl.all_to_all(
+            ctx.zeros_like(square), square, config=Config(use_gluon=True, all_to_all_variant="copy_engines"))),
+        _raises(ValueError, "the copy engines run no kernel", lambda: ctx.ccl.all_gather(
+            ctx.zeros(world * inp.shape[0], *inp.shape[1:]), inp,
+            config=Config(use_gluon=True, all_gather_variant="copy_engines"))),
         _raises(TypeError, "use True or False", lambda: Config(use_gluon="yes")),
     ]
     # upstream's preamble only prepares the workspace, whatever the kernels: it takes use_gluon, as upstream's does

@@ -64,6 +64,12 @@ def test_size_rule_and_reduce_scatter_ownership():
     assert choose_scatter_variant("two_shot", 8, 2) == "two_shot"
     assert choose_gather_variant(None, 4 << 20, 2) == "push" and choose_gather_variant(None, 2 << 20, 4) == "pull"
     assert choose_gather_variant("partitioned", 1024, 2) == "push" and choose_gather_variant("pull", 8, 2) == "pull"
+    # the copy engines where the backend has them (GPUs), from input bytes of 4 MiB x (world - 1)^2
+    assert choose_gather_variant(None, 4 << 20, 2, copy_engines=True) == "copy_engines"
+    assert choose_gather_variant(None, 2 << 20, 2, copy_engines=True) == "push"
+    assert choose_gather_variant(None, 36 << 20, 4, copy_engines=True) == "copy_engines"
+    assert choose_gather_variant(None, 16 << 20, 4, copy_engines=True) == "pull"
+    assert choose_gather_variant(None, 64 << 20, 4) == "pull"  # no copy engines (the CPU, or Gluon)
     ranges = [owned_range(185, r, 3) for r in range(3)]
     assert ranges == [(0, 64), (64, 128), (128, 185)]
     assert [owned_range(20, r, 4) for r in range(4)] == [(0, 16), (16, 20), (20, 20), (20, 20)]

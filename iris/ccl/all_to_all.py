@@ -2,17 +2,21 @@
 
 As upstream Iris: input and output are both (M, N * world). Rank r's input columns ``[j * N, (j + 1) * N)``
 land in rank j's output columns ``[r * N, (r + 1) * N)``. Two algorithms, ``Config(all_to_all_variant="push" |
-"pull")``, both moving tiles of ``Config.block_size_m`` x ``block_size_n``, every rank starting with a different
-peer:
+"pull" | "copy_engines")``, the first two moving tiles of ``Config.block_size_m`` x ``block_size_n``, every rank
+starting with a different peer:
 
 * ``pull`` (upstream's): one flag exchange, each rank reads its column chunk from every peer's input, a second
   exchange says that nobody reads the inputs any more. Remote loads wait a link round trip each.
 * ``push`` (small inputs): each rank writes chunk j of its input into rank j's inbox as posted stores, one flag
   exchange, then copies the chunks into its output locally (:mod:`iris.ccl.inbox`, as all_gather's push). The
   workspace holds 2 x the input per rank.
+* ``copy_engines`` (large inputs, GPUs; ours): no kernel moves the data. Each rank writes chunk j of its input into
+  rank j's output by a 2-D peer-to-peer memcpy, one peer a step, the ranks kept in step by device barriers
+  (:mod:`iris.ccl.copy_engines`, as all_gather's).
 
-Size rule (:func:`iris.ccl.rules.choose_all_to_all_variant`): push while the bytes a rank writes into its peers'
-inboxes are at most 4 MiB. The output must be a tensor separate from the input.
+Size rule (:func:`iris.ccl.rules.choose_all_to_all_variant`): on GPUs (Triton, not Gluon) copy_engines where a
+peer's chunk is large (all_gather's rule); else push while the bytes a rank writes into its peers' inboxes are at
+most 4 MiB; else pull. The output must be a tensor separate from the input.
 
 Examples
 --------
@@ -27,12 +31,13 @@ import triton.language as tl
 
 from ..language.sync import exchange
 from .config import Config
+from .copy_engines import push_in_step
 from .fast_path import call_key, launch, replay
 from .flag_slots import ARRIVED, DONE, SLOTS
 from .gluon_layouts import tile_layout, warp_threads
 from .groups import GroupContext, kernel_members
 from .inbox import DELIVERED, call_half, inbox_numel, inbox_stride
-from .launch import cdiv, check_tensors, overlaps, programs
+from .launch import cdiv, check_tensors, has_copy_engines, overlaps, programs
 from .rules import choose_all_to_all_variant
 from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
@@ -126,7 +131,7 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     async_op : bool
         True: return at once; ``wait()`` on the result (a device barrier) before reusing the tensors.
     config : Config, optional
-        ``all_to_all_variant`` "push" or "pull" picks the algorithm (None: by measurement or size);
+        ``all_to_all_variant`` "push", "pull" or "copy_engines" picks the algorithm (None: by measurement or size);
         ``block_size_m`` x ``block_size_n`` is the tile one program moves per step; ``use_gluon=True`` runs pull
         as a Gluon kernel (:mod:`iris.ccl.gluon_all_to_all`).
     workspace : Workspace, optional
@@ -146,10 +151,11 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     if replay(ctx, workspace, call, tensors):  # the same call as before: checked, planned and compiled
         return workspace
     config = config or Config()
-    if config.use_gluon and config.all_to_all_variant == "push":
-        raise ValueError(f"rank {ctx.cur_rank}: all_to_all with Config(all_to_all_variant='push', use_gluon=True): "
-                         "the Gluon kernel pulls; use all_to_all_variant='pull' or None with Gluon, or "
-                         "use_gluon=False to push")
+    if config.use_gluon and config.all_to_all_variant in ("push", "copy_engines"):
+        raise ValueError(f"rank {ctx.cur_rank}: all_to_all with Config(all_to_all_variant="
+                         f"{config.all_to_all_variant!r}, use_gluon=True): the Gluon kernel pulls; use "
+                         f"all_to_all_variant='pull' or None with Gluon, or use_gluon=False for "
+                         f"{config.all_to_all_variant}")
     group_of_call = kernel_members(ctx, group, "all_to_all")
     check_tensors(ctx, "all_to_all", output_tensor, input_tensor)
     world, rank = group_of_call.size, ctx.cur_rank
@@ -166,7 +172,16 @@ def all_to_all(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     bm, bn = config.block_size_m, config.block_size_n
     grid = programs(ctx, config, cdiv(M, bm) * cdiv(N, bn))
     nbytes = input_tensor.numel() * input_tensor.element_size()
-    variant = choose_all_to_all_variant(config.all_to_all_variant, nbytes, world, config.use_gluon)
+    variant = choose_all_to_all_variant(config.all_to_all_variant, nbytes, world, config.use_gluon,
+                                        has_copy_engines(ctx, config))
+    if variant == "copy_engines":
+        me = group_of_call.rank
+        mine = slice(me * N, (me + 1) * N)
+        key = ("all_to_all", variant, input_tensor.numel(), input_tensor.dtype, 1, None, group_of_call.key)
+        return push_in_step(ctx, group_of_call, workspace, key,
+                            lambda: ctx.heap.copy_2d(output_tensor[:, mine], input_tensor[:, mine]),
+                            lambda index, peer: ctx.heap.copy_2d(ctx.as_remote(output_tensor, peer)[:, mine],
+                                                                 input_tensor[:, index * N:(index + 1) * N]))
     key = ("all_to_all", variant, input_tensor.numel(), input_tensor.dtype, grid, (bm, bn), group_of_call.key)
     row_bytes, col_bytes = input_tensor.stride(0) * input_tensor.element_size(), N * input_tensor.element_size()
     aligned = input_tensor.data_ptr() % 16 == 0 and row_bytes % 16 == 0 and col_bytes % 16 == 0 and bn >= 16

@@ -64,6 +64,20 @@ def device_barrier(ctx, group=None, workspace: Workspace | None = None) -> Works
     group_of_call = kernel_members(ctx, group, "device_barrier")
     workspace = reuse_or_allocate(ctx, workspace, ("barrier", "flags", group_of_call.key), 1, 1,
                                   members=group_of_call)
-    launch(workspace, call, (), device_barrier_kernel, (1,), ctx.get_device_context(), workspace.flags,
-           workspace.epochs, **group_of_call.kernel_args(), num_warps=1)
+    barrier_on(ctx, workspace, group_of_call)
     return workspace
+
+
+def barrier_on(ctx, workspace: Workspace, members) -> None:
+    """One device barrier over ``members`` (:class:`iris.ccl.groups.Members`) on ``workspace``'s flags and call
+    counter (one program, one slot): the barrier of a collective whose own workspace keeps them
+    (:mod:`iris.ccl.copy_engines`), which the next call replays without the host path.
+
+    Examples
+    --------
+    >>> barrier_on(ctx, workspace, members)           # doctest: +SKIP
+    """
+    call = call_key("barrier", (), None, False, group=members.group)
+    if not replay(ctx, workspace, call, ()):
+        launch(workspace, call, (), device_barrier_kernel, (1,), ctx.get_device_context(), workspace.flags,
+               workspace.epochs, **members.kernel_args(), num_warps=1)

@@ -20,8 +20,8 @@ from triton.language import TRITON_MAX_TENSOR_NUMEL
 
 ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "two_shot_push", "ring", "atomic", "spinlock")
 REDUCE_SCATTER_VARIANTS = ("two_shot", "push")
-ALL_GATHER_VARIANTS = ("push", "pull")
-ALL_TO_ALL_VARIANTS = ("push", "pull")
+ALL_GATHER_VARIANTS = ("push", "pull", "copy_engines")
+ALL_TO_ALL_VARIANTS = ("push", "pull", "copy_engines")
 UPSTREAM_ALL_GATHER_VARIANTS = ("persistent", "partitioned")  # upstream's tiled kernels: accepted, picked by size
 MIN_BLOCK = 16  # remote accesses are hinted 16-aligned
 MAX_BLOCK = TRITON_MAX_TENSOR_NUMEL  # the most elements of one block (2**20 in triton 3.6 to 3.9)
@@ -85,15 +85,16 @@ class Config:
         on GPUs and on the CPU interpreter. all_reduce and reduce_scatter have no Gluon kernel, here as upstream:
         called with it they raise a ValueError that names them (upstream's refusal; ``all_reduce_preamble``,
         which only prepares a workspace, takes it, as upstream's does); the device barrier takes no config.
-    all_gather_variant : {None, "push", "pull", "persistent", "partitioned"}
-        "push" or "pull" picks the algorithm; None and upstream's names pick by size (see
-        :func:`iris.ccl.rules.choose_gather_variant`).
+    all_gather_variant : {None, "push", "pull", "copy_engines", "persistent", "partitioned"}
+        "push", "pull" or "copy_engines" (ours: peer-to-peer memcpys, no kernel but the barriers) picks the
+        algorithm; None and upstream's names pick by size (see :func:`iris.ccl.rules.choose_gather_variant`).
     reduce_scatter_variant : {None, "two_shot", "push"}
         "two_shot" (upstream's only one): each rank reads its chunk from every peer; "push": every rank writes each
         peer's chunk into that peer's inbox (:mod:`iris.ccl.push_reduce`). None: chosen as ``all_reduce_variant``.
-    all_to_all_variant : {None, "push", "pull"}
+    all_to_all_variant : {None, "push", "pull", "copy_engines"}
         "pull" (upstream's): each rank reads its chunk from every peer's input; "push": each rank writes every peer's
-        chunk into that peer's inbox (:mod:`iris.ccl.all_to_all`). None: chosen by measurement, else by size
+        chunk into that peer's inbox (:mod:`iris.ccl.all_to_all`); "copy_engines" (ours): each chunk goes by a 2-D
+        peer-to-peer memcpy, no kernel (:mod:`iris.ccl.copy_engines`). None: chosen by measurement, else by size
         (:func:`iris.ccl.rules.choose_all_to_all_variant`); with ``use_gluon=True``, pull (the Gluon kernel's).
     swizzle_size, num_xcds, chunk_size, all_reduce_distribution, all_reduce_num_rings, all_reduce_ring_slice_n
         Upstream's tuning knobs for AMD's tiled kernels: checked, but without effect here.

@@ -85,5 +85,17 @@ def hint(*spans) -> int | None:
     return 16
 
 
+def has_copy_engines(ctx, config: Config) -> bool:
+    """Whether a collective may move its bytes by peer-to-peer memcpys, which a GPU's copy engines carry out (no
+    SM): on GPUs, unless a Gluon kernel was asked for (``config.use_gluon``).
+
+    Examples
+    --------
+    >>> has_copy_engines(ctx, Config())          # True on the cuda backend  # doctest: +SKIP
+    True
+    """
+    return ctx.backend == "cuda" and not config.use_gluon
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)

@@ -17,6 +17,7 @@ from .inbox import use_inbox
 
 ONE_SHOT_BYTES = 4 << 20  # one_shot while nbytes * (world - 1) ** 2 is at most this (see choose_variant)
 PUSH_SCATTER_BYTES = 16 << 20  # reduce_scatter pushes up to this input size (see choose_scatter_variant)
+COPY_ENGINE_GATHER_BYTES = 4 << 20  # by copy engines from a peer's message of this * (world - 1) ** 2
 
 
 def choose_variant(nbytes: int, world: int) -> str:
@@ -56,34 +57,65 @@ def choose_scatter_variant(requested: str | None, nbytes: int, world: int) -> st
     return "push" if nbytes <= PUSH_SCATTER_BYTES else "two_shot"
 
 
-def choose_gather_variant(requested: str | None, nbytes: int, world: int) -> str:
-    """The all_gather algorithm: ``requested`` if it is ours, else push while ``nbytes * (world - 1) <= 4 MiB``
-    (``nbytes``: one rank's input; :func:`iris.ccl.inbox.use_inbox`), else pull. Upstream's names
-    ("persistent", "partitioned": work distributions of its tiled AMD kernels) also pick by size.
+def use_copy_engines(message: int, world: int) -> bool:
+    """Whether a collective whose every rank sends ``message`` bytes to each peer goes by the copy engines (on a
+    backend that has them): from ``message >= 4 MiB * (world - 1) ** 2`` (see :func:`choose_gather_variant`).
+
+    Examples
+    --------
+    >>> use_copy_engines(4 << 20, 2), use_copy_engines(16 << 20, 4), use_copy_engines(64 << 20, 4)
+    (True, False, True)
+    """
+    return message >= COPY_ENGINE_GATHER_BYTES * max(world - 1, 1) ** 2
+
+
+def choose_gather_variant(requested: str | None, nbytes: int, world: int, copy_engines: bool = False) -> str:
+    """The all_gather algorithm: ``requested`` if it is ours; else, where the backend has ``copy_engines`` (GPUs,
+    and no Gluon kernel asked for), copy_engines from ``nbytes >= 4 MiB * (world - 1) ** 2``; else push while
+    ``nbytes * (world - 1) <= 4 MiB`` (``nbytes``: one rank's input; :func:`iris.ccl.inbox.use_inbox`), else
+    pull. Upstream's names ("persistent", "partitioned": work distributions of its tiled AMD kernels) also pick by
+    size.
+
+    The copy engines' crossover, measured on H200s (2026-11-28, benchmarks/RESULTS.md "copy engines" and
+    "collectives against NCCL"): on 2 GPUs their pushes moved a 16 MiB output in 24.2 µs (with the variant's two
+    barriers about 30) where pull took 35.9, and a 4 MiB output in 8.3 (about 14) where push took 11.4; on 4 GPUs,
+    kept in step by a barrier a step, 571 µs for 256 MiB where pull took 657, and 177 for 64 MiB where pull took
+    168. The square of the peers puts the crossover between those points: 4 MiB of input on 2 ranks, 36 on 4 (on
+    8, 196: extrapolated, not measured).
 
     Examples
     --------
     >>> choose_gather_variant(None, 1 << 20, 4), choose_gather_variant("partitioned", 2 << 20, 4)
     ('push', 'pull')
+    >>> choose_gather_variant(None, 64 << 20, 4, copy_engines=True), choose_gather_variant(None, 16 << 20, 4, True)
+    ('copy_engines', 'pull')
     """
     if requested in ALL_GATHER_VARIANTS:
         return requested
+    if copy_engines and use_copy_engines(nbytes, world):
+        return "copy_engines"
     return "push" if use_inbox(nbytes, world) else "pull"
 
 
-def choose_all_to_all_variant(requested: str | None, nbytes: int, world: int, gluon: bool = False) -> str:
-    """The all_to_all algorithm: pull with ``gluon`` (the Gluon kernel's; all_to_all refuses a push asked of it);
-    else ``requested`` if given; else push while the bytes each rank writes into its peers' inboxes,
-    ``nbytes * (world - 1) / world`` (``nbytes``: one rank's input), are at most 4 MiB
-    (:func:`iris.ccl.inbox.use_inbox`'s cap, all_gather's push rule), else pull.
+def choose_all_to_all_variant(requested: str | None, nbytes: int, world: int, gluon: bool = False,
+                              copy_engines: bool = False) -> str:
+    """The all_to_all algorithm: pull with ``gluon`` (the Gluon kernel's; all_to_all refuses another asked of it);
+    else ``requested`` if given; else, where the backend has ``copy_engines``, copy_engines where each peer's chunk
+    (``nbytes / world``) is large enough (:func:`use_copy_engines`, all_gather's rule for its input); else push while
+    the bytes each rank writes into its peers' inboxes, ``nbytes * (world - 1) / world`` (``nbytes``: one rank's
+    input), are at most 4 MiB (:func:`iris.ccl.inbox.use_inbox`'s cap, all_gather's push rule), else pull.
 
     Examples
     --------
     >>> choose_all_to_all_variant(None, 1 << 20, 4), choose_all_to_all_variant(None, 16 << 20, 4)
     ('push', 'pull')
+    >>> choose_all_to_all_variant(None, 256 << 20, 4, copy_engines=True)
+    'copy_engines'
     """
     if gluon:
         return "pull"
     if requested in ALL_TO_ALL_VARIANTS:
         return requested
+    if copy_engines and use_copy_engines(nbytes // max(world, 1), world):
+        return "copy_engines"
     return "push" if use_inbox(nbytes // max(world, 1), world) else "pull"

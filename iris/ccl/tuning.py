@@ -296,7 +296,7 @@ def candidates(ctx, collective: str, config: Config, fixed: dict, nbytes: int, w
     current best). The first value of each is what the size rules and defaults pick, so a tuning keeps them unless
     another is faster by :data:`MARGIN`."""
     from .inbox import use_inbox
-    from .launch import block_size
+    from .launch import block_size, has_copy_engines
     from .rules import choose_all_to_all_variant, choose_gather_variant, choose_scatter_variant, choose_variant
 
     def rule_first(rule, others):
@@ -304,13 +304,17 @@ def candidates(ctx, collective: str, config: Config, fixed: dict, nbytes: int, w
 
     sms = ctx.get_cu_count()
     inbox = ["one_shot"] if use_inbox(nbytes, world) else []
+    engines = has_copy_engines(ctx, config)
     space = {
         "all_reduce_variant": rule_first(choose_variant(nbytes, world),
                                          inbox + ["two_shot", "two_shot_push"] + ["ring"] * (world > 2)),
         "reduce_scatter_variant": rule_first(choose_scatter_variant(None, nbytes, world), ["two_shot", "push"]),
-        # push's inbox holds copies of the input: tried only where the rule picks it (within its cap), pull always
-        "all_gather_variant": rule_first(choose_gather_variant(None, nbytes, world), ["pull"]),
-        "all_to_all_variant": rule_first(choose_all_to_all_variant(None, nbytes, world, config.use_gluon), ["pull"]),
+        # push's inbox holds copies of the input: tried only where the rule picks it (within its cap), pull always,
+        # the copy engines on GPUs from 1 MiB a peer (below it a barrier a step outweighs their transfer)
+        "all_gather_variant": rule_first(choose_gather_variant(None, nbytes, world, engines),
+                                         ["pull"] + ["copy_engines"] * (engines and nbytes >= 1 << 20)),
+        "all_to_all_variant": rule_first(choose_all_to_all_variant(None, nbytes, world, config.use_gluon, engines),
+                                         ["pull"] + ["copy_engines"] * (engines and nbytes >= world << 20)),
         "block_size": rule_first(block_size(ctx, Config()), [4096, 2048, 1024, 8192]),
         "comm_sms": sorted({g for g in (sms, sms // 2, sms // 4, 16, 8) if 1 <= g <= sms}, reverse=True),
         "num_warps": rule_first(DEFAULTS["num_warps"], [8, 4, 16]),
