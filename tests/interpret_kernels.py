@@ -255,6 +255,13 @@ def minimum_maximum(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + 2 * BLOCK + offs, tl.minimum(x, y, propagate_nan=tl.PropagateNan.ALL))
 
 
+@triton.jit
+def masked_load_with_other(src_ptr, other_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """out = src where the lane is below n, else the one value at other_ptr (a masked load's ``other``)."""
+    lanes = tl.arange(0, BLOCK)
+    tl.store(out_ptr + lanes, tl.load(src_ptr + lanes, mask=lanes < n, other=tl.load(other_ptr)))
+
+
 # ---------------------------------------------------------------- iris atomics, on element types too
 
 

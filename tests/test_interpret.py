@@ -485,6 +485,24 @@ def test_an_observer_removed_during_a_launch_hears_no_more_of_it():
     assert heard == [("closed", "started"), ("closer", "started"), ("closer", "finished")]
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int32])
+def test_a_masked_load_fills_with_its_other_bit_for_bit(dtype):
+    # a one-element other of -0.0 (or 0) once counted as no other: its masked lanes read +0.0, where a GPU reads -0.0
+    from iris.interpret import masked_load_other
+
+    assert not masked_load_other.drops_negative_zero()
+    for block, n in ((1, 0), (1, 1), (4, 1), (4, 0)):
+        for fill in (-0.0, 0.0, -7.0, 2.5):
+            if not dtype.is_floating_point and fill != int(fill):
+                continue
+            src = (torch.arange(block) + 1).to(dtype)
+            out = torch.full((block,), 9, dtype=dtype)
+            k.masked_load_with_other[(1,)](src, torch.tensor([fill]).to(dtype), out, n, BLOCK=block)
+            want = torch.where(torch.arange(block) < n, src, torch.tensor(fill).to(dtype))
+            bits = torch.int16 if dtype.itemsize == 2 else torch.int32 if dtype.itemsize == 4 else torch.int64
+            assert torch.equal(out.view(bits), want.view(bits)), (dtype, block, n, fill, out, want)
+
+
 def test_minimum_and_maximum_of_a_nan_and_a_number_give_the_number_as_on_a_gpu():
     # minnum/maxnum (the default) return the number (PTX min.f32); propagate_nan=ALL returns the NaN.
     from iris.interpret import number_min_max

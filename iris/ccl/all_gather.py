@@ -14,7 +14,7 @@ output (``out[rank * M:(rank + 1) * M]``, in place); no other overlap. Three alg
 * ``copy_engines`` (large inputs, GPUs; ours): no kernel moves the data. Each rank writes its input into every
   peer's output by peer-to-peer memcpys, one peer a step, the ranks kept in step by device barriers
   (:mod:`iris.ccl.copy_engines`). Over long transfers the copy engines outrun the SMs' loads and stores
-  (4x H200, 256 MiB: 603 µs against pull's 659), and they take no SM.
+  (4x H200, 256 MiB: 603 µs against pull's 658), and they take no SM.
 
 Size rule (:func:`choose_gather_variant`; ``all_gather_variant`` None or upstream's "persistent" or "partitioned"):
 on GPUs (Triton kernels, not Gluon) copy_engines from ``input bytes >= 4 MiB * (world - 1) ** 2``; else push
@@ -143,9 +143,8 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     grid = programs(ctx, config, cdiv(n, block))
     variant = choose_gather_variant(config.all_gather_variant, n * input_tensor.element_size(), world,
                                     has_copy_engines(ctx, config))
-    own = slice(rank * n, (rank + 1) * n)
     if variant == "copy_engines":
-        out, inp = output_tensor.view(-1), input_tensor.reshape(-1)
+        out, inp, own = output_tensor.view(-1), input_tensor.reshape(-1), slice(rank * n, (rank + 1) * n)
         copy_own = None if input_tensor.data_ptr() == own_slice else (lambda: out[own].copy_(inp))
         key = ("all_gather", variant, n, input_tensor.dtype, 1, None, group_of_call.key)
         return push_in_step(ctx, group_of_call, workspace, key, copy_own,

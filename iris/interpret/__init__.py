@@ -19,6 +19,8 @@ around, and why):
 * :mod:`.clock`: the device clock's inline PTX reads the host's monotonic clock (device tracing);
 * :mod:`.guard`: launching a kernel decorated before activation raises a clear ``RuntimeError``;
 * :mod:`.number_min_max`: ``tl.minimum``/``tl.maximum`` of a NaN and a number give the number (triton 3.6, 3.7);
+* :mod:`.masked_load_other`: a masked lane of a one-element load whose ``other`` is -0.0 reads -0.0 (triton 3.6
+  to 3.9);
 * :mod:`.float_bits_atomics`: float32/float64 ``atomic_xchg``/``and``/``or``/``xor`` act on the bits, and
   float64 ``atomic_min``/``atomic_max`` return the right old value, as on a GPU;
 * :mod:`.kernel_errors`: iris's errors raised in a kernel (:class:`.kernel_errors.RaisedAsIs`) reach the caller
@@ -87,6 +89,7 @@ def activate():
         kernel_errors,
         lang_once_per_launch,
         launch_options,
+        masked_load_other,
         number_min_max,
         scalar_index,
         version,
@@ -98,8 +101,9 @@ def activate():
     triton.knobs.runtime.interpret = True
     # bf16 last: it wraps builder methods (minnumf...) that the modules before it may have replaced.
     # lang_once_per_launch after scalar_index: its probe runs the launch patches as scalar_index leaves them.
+    # masked_load_other runs a probe kernel: after the modules that make kernels run (and before bf16, as all).
     for module in (constexpr, aggregate, gluon, device_calls, scalar_index, lang_once_per_launch, number_min_max,
-                   float_bits_atomics, clock, guard, kernel_errors, launch_options, bf16):
+                   float_bits_atomics, clock, guard, kernel_errors, launch_options, masked_load_other, bf16):
         module.install()
     _activated = True
 

@@ -222,6 +222,7 @@ def sweep(ctx, collective: str = "all_reduce", sizes=None, dtype: torch.dtype = 
         workspace = call(out, inp)  # the first call chooses (and may tune) outside the timing
         _, source = tuning.lookup(ctx, collective, Config(), inp, world)
         ran = {"variant": workspace.key[1], "grid": workspace.key[4], "block": workspace.key[5]}
+        ran = {what: value for what, value in ran.items() if value is not None}  # the copy engines have no block
         calls = 10 if nbytes <= MiB else 1
         us = tuning.time_us(lambda call=call, out=out, inp=inp: call(out, inp), calls, group, on_gpu)
         peers_us = {}
