@@ -7,7 +7,7 @@ Run on one machine with N GPUs (one rank each)::
     torchrun --nproc_per_node=N benchmarks/copy_engines.py --sizes 64M,256M
 
 Each rank writes its shard (an all_gather's output / N) into every peer's copy of the output, on the heap
-(``ctx.as_remote(out, peer)[mine].copy_(shard)``: a peer-to-peer memcpy, done by the copy engines, no SM). Four
+(``ctx.as_remote(out, peer)[mine].copy_(shard)``: a peer-to-peer memcpy, done by the copy engines, no SM). Five
 ways, each timed as CUDA-graph replays with the ranks in step (the slowest rank's time, median of 3):
 
 * ``in turn``: one stream, the peers from the next rank on (:func:`iris.ops.chunked.peers_in_turn`, the chunked
@@ -46,7 +46,7 @@ SIZES = [4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1024 * MiB]  # the all_gather's
 ROUNDS = 3
 WAYS = ("in turn", "in step", "stream per peer", "two streams per peer", "pull, stream per peer")
 # The ways benchmarks/allreduce.py takes the fastest of as the copy engines' ceiling (the other two were never the
-# fastest below 1 GiB on 4x or 2x H200, 2026-11-28: RESULTS.md, "copy engines").
+# fastest at any size measured on 4x or 2x H200, 2026-11-28: RESULTS.md, "copy engines").
 CEILING_WAYS = ("in turn", "in step", "stream per peer")
 
 
@@ -131,9 +131,10 @@ def main() -> None:
     rows = {size: {way: measure(ctx, size, way, args.rounds) for way in WAYS} for size in sizes}
     if ctx.cur_rank == 0:
         lines = [f"{environment()}; {world} ranks, one per GPU; every rank copies its shard (output / {world}) "
-                 "into every peer's output on the heap with peer-to-peer memcpys (copy engines), queued four ways "
-                 "(benchmarks/copy_engines.py says how); CUDA-graph replays, the slowest rank, median of "
-                 f"{args.rounds}; µs per gather (bus GB/s: (n-1)/n x output bytes / t, what each rank sends).", "",
+                 f"into every peer's output on the heap with peer-to-peer memcpys (copy engines), queued "
+                 f"{len(WAYS)} ways (benchmarks/copy_engines.py says how); CUDA-graph replays, the slowest rank, "
+                 f"median of {args.rounds}; µs per gather (bus GB/s: (n-1)/n x output bytes / t, what each rank "
+                 "sends).", "",
                  "| output | " + " | ".join(WAYS) + " | fastest |", "|---|" + "---|" * (len(WAYS) + 1)]
         for size, by_way in rows.items():
             best = min(by_way, key=by_way.get)
