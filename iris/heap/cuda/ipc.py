@@ -160,7 +160,7 @@ class CudaHeapMemory:
         peer's heap; such a copy is the copy engines', taking no SM, where a copy within one GPU needs SMs
         (2xH100, 2026-11-26, a one-off script: queued beside a running GEMM, a peer's copy ran at once, a local
         one only after the GEMM)."""
-        if src.shape[0] == 0:
+        if src.shape[0] == 0 or src.shape[1] == 0:  # nothing to copy (an all_to_all of empty chunks)
             return
         size = src.element_size()
         stream = torch.cuda.current_stream(self.device).cuda_stream
