@@ -141,8 +141,10 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
                           scratch_runner(ctx, all_gather, output_tensor, input_tensor, group=group)).with_defaults()
     block = block_size(ctx, config)
     grid = programs(ctx, config, cdiv(n, block))
-    variant = choose_gather_variant(config.all_gather_variant, n * input_tensor.element_size(), world,
-                                    has_copy_engines(ctx, config))
+    requested = config.all_gather_variant
+    if config.use_gluon and requested == "copy_engines":  # a table's choice for Triton calls: Gluon runs a kernel
+        requested = None
+    variant = choose_gather_variant(requested, n * input_tensor.element_size(), world, has_copy_engines(ctx, config))
     if variant == "copy_engines":
         out, inp, own = output_tensor.view(-1), input_tensor.reshape(-1), slice(rank * n, (rank + 1) * n)
         copy_own = None if input_tensor.data_ptr() == own_slice else (lambda: out[own].copy_(inp))
