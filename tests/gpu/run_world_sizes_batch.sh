@@ -2,9 +2,10 @@
 # Issue 44's performance batch, at every world size the machine has: one rank per GPU at 8 and 4 ranks where there are
 # that many GPUs, and 2 ranks (GPUs 0 and 1); never ranks sharing a GPU. One device call:
 #   [WORLDS="4 2"] bash tests/gpu/run_world_sizes_batch.sh [SECONDS] [STEPS]
-# STEPS (default "floor tune peers others fused lessons"): benchmarks/latency_floor.py, benchmarks/tune_ccl.py (the
-# shipped table's rows of this world size, every collective, bf16 and fp32), benchmarks/allreduce.py --peers (bf16)
-# and --others, benchmarks/fused_ops.py, the lessons' steps benchmarks (07, 10, 11, 12, 13, 14, 15); each writes its
+# STEPS (default "floor engines tune peers others fused lessons"): benchmarks/latency_floor.py,
+# benchmarks/copy_engines.py (the copy engines' ceiling), benchmarks/tune_ccl.py (the shipped table's rows of this
+# world size, every collective, bf16 and fp32), benchmarks/allreduce.py --peers (bf16) and --others (each with the
+# copy-engine ceiling from 64 MiB), benchmarks/fused_ops.py, the lessons' steps benchmarks (07, 10, 11, 12, 13, 14, 15); each writes its
 # RESULTS.md section (or lesson block) per world size. WORLDS (default "8 4 2") picks the world sizes, the largest
 # first (2 ranks are measured most often). The GPUs' SM clocks are sampled every second into clocks.csv, so that a
 # slow run shows whether its clocks were low. Logs, RESULTS.md and the tables go to $OUT.
@@ -14,7 +15,7 @@ out=${OUT:-/tmp/iris-world-sizes}
 mkdir -p "$out"
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 deadline=$((SECONDS + ${1:-560}))
-steps=${2:-floor tune peers others fused lessons}
+steps=${2:-floor engines tune peers others fused lessons}
 quiet() { grep -v -E '^W[0-9]{4} |OMP_NUM_THREADS|^\*{5}|^\[Iris\]|_warn_once|Profiler clears'; }
 left() { local s=$((deadline - SECONDS)); echo $((s > 1 ? s : 1)); }
 gpus=$(nvidia-smi -L | wc -l)
@@ -37,6 +38,7 @@ run() {  # run WORLD STEP[:LOG] LIMIT SCRIPT ARGS...: one step at WORLD ranks, w
 for world in ${WORLDS:-8 4 2}; do
   [ "$gpus" -ge "$world" ] || continue
   run "$world" floor 60 benchmarks/latency_floor.py
+  run "$world" engines 60 benchmarks/copy_engines.py
   IRIS_TUNE_BUDGET=60 run "$world" tune 180 benchmarks/tune_ccl.py
   run "$world" peers 120 benchmarks/allreduce.py --peers --dtypes bf16
   run "$world" others 150 benchmarks/allreduce.py --others
