@@ -56,7 +56,8 @@ import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
-from benchmarks.copy_engines import CEILING_WAYS, gather_by_copy_engines  # noqa: E402
+from benchmarks import copy_engines  # noqa: E402
+from benchmarks.copy_engines import CEILING_WAYS  # noqa: E402
 from benchmarks.results import environment, write_section  # noqa: E402
 from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, Config  # noqa: E402
 from iris.ccl.config import REDUCE_SCATTER_VARIANTS  # noqa: E402
@@ -262,18 +263,14 @@ def best_peer(times: dict) -> tuple[str, float] | None:
 
 def copy_engine_time(ctx, gathered: int, rounds: int = ROUNDS) -> tuple[float, bool] | None:
     """(µs, captured): the copy engines' fastest all_gather of ``gathered`` output bytes, each rank's shard pushed
-    into every peer by peer-to-peer memcpys (:func:`benchmarks.copy_engines.gather_by_copy_engines`, the fastest
-    of :data:`~benchmarks.copy_engines.CEILING_WAYS`, median of ``rounds`` each); None outside
+    into every peer by peer-to-peer memcpys (:func:`benchmarks.copy_engines.measure`, the fastest of
+    :data:`~benchmarks.copy_engines.CEILING_WAYS`, median of ``rounds`` each); None outside
     :data:`COPY_ENGINE_SIZES`. A collective that sends as many bytes a rank (its bus bytes) is judged against it:
     ``gathered`` is twice an all_reduce's size, and the size of the other collectives' tables."""
     low, high = COPY_ENGINE_SIZES
     if not low <= gathered <= high:
         return None
-    out = ctx.zeros(gathered // ctx.num_ranks * ctx.num_ranks, dtype=torch.uint8)
-    fastest = min((median_of(gather_by_copy_engines(ctx, out, way), rounds, 1) for way in CEILING_WAYS),
-                  key=lambda timing: timing[0])
-    ctx.barrier()  # no rank frees its output while a peer may still write into it
-    return fastest
+    return min((copy_engines.measure(ctx, gathered, way, rounds) for way in CEILING_WAYS), key=lambda t: t[0])
 
 
 def with_copy_engines(times: dict, ctx, gathered: int, rounds: int) -> dict:

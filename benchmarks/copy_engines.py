@@ -105,16 +105,17 @@ def bus_gbs(out_bytes: int, us: float, world: int) -> float:
     return (world - 1) / world * out_bytes / (us * 1e3)
 
 
-def measure(ctx, out_bytes: int, way: str, rounds: int = ROUNDS) -> float:
-    """µs of one gather of ``out_bytes`` by ``way`` (CUDA-graph replays, slowest rank, median of ``rounds``)."""
+def measure(ctx, out_bytes: int, way: str, rounds: int = ROUNDS) -> tuple[float, bool]:
+    """(µs, captured) of one gather of ``out_bytes`` by ``way`` (CUDA-graph replays, slowest rank, median of
+    ``rounds``; captured False where a replay fell back to an eager loop)."""
     world = ctx.num_ranks
     out = ctx.zeros(out_bytes // world * world, dtype=torch.uint8)
     gather = gather_by_copy_engines(ctx, out, way)
     ctx.barrier()
-    us = statistics.median(replay_time(gather, calls=1).us for _ in range(rounds))
+    timings = [replay_time(gather, calls=1) for _ in range(rounds)]
     ctx.barrier()  # no rank frees its output while a peer may still write into it
     del out
-    return us
+    return statistics.median(t.us for t in timings), all(t.captured for t in timings)
 
 
 def main() -> None:
@@ -128,7 +129,7 @@ def main() -> None:
     dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
     ctx = iris.iris(f"{max(sizes) // MiB + 256}MiB", backend="cuda")
     world = ctx.num_ranks
-    rows = {size: {way: measure(ctx, size, way, args.rounds) for way in WAYS} for size in sizes}
+    rows = {size: {way: measure(ctx, size, way, args.rounds)[0] for way in WAYS} for size in sizes}
     if ctx.cur_rank == 0:
         lines = [f"{environment()}; {world} ranks, one per GPU; every rank copies its shard (output / {world}) "
                  f"into every peer's output on the heap with peer-to-peer memcpys (copy engines), queued "

@@ -17,7 +17,7 @@ from .inbox import use_inbox
 
 ONE_SHOT_BYTES = 4 << 20  # one_shot while nbytes * (world - 1) ** 2 is at most this (see choose_variant)
 PUSH_SCATTER_BYTES = 16 << 20  # reduce_scatter pushes up to this input size (see choose_scatter_variant)
-COPY_ENGINE_GATHER_BYTES = 4 << 20  # by copy engines from a peer's message of this * (world - 1) ** 2
+COPY_ENGINE_BYTES = 4 << 20  # by copy engines from a peer's message of this * (world - 1) ** 2
 
 
 def choose_variant(nbytes: int, world: int) -> str:
@@ -66,7 +66,7 @@ def use_copy_engines(message: int, world: int) -> bool:
     >>> use_copy_engines(4 << 20, 2), use_copy_engines(16 << 20, 4), use_copy_engines(64 << 20, 4)
     (True, False, True)
     """
-    return message >= COPY_ENGINE_GATHER_BYTES * max(world - 1, 1) ** 2
+    return message >= COPY_ENGINE_BYTES * max(world - 1, 1) ** 2
 
 
 def choose_gather_variant(requested: str | None, nbytes: int, world: int, copy_engines: bool = False) -> str:
