@@ -59,6 +59,7 @@ import iris  # noqa: E402
 from benchmarks import copy_engines  # noqa: E402
 from benchmarks.copy_engines import CEILING_WAYS  # noqa: E402
 from benchmarks.results import environment, write_section  # noqa: E402
+from iris.base.sizes import parse_size  # noqa: E402
 from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, Config  # noqa: E402
 from iris.ccl.config import REDUCE_SCATTER_VARIANTS  # noqa: E402
 from iris.ccl.inbox import INBOX_BYTES  # noqa: E402
@@ -732,13 +733,6 @@ def report_others(rows: dict, world: int, rounds: int) -> None:
     ]
     print("\n".join(body))
     write_section(f"collectives against NCCL ({world} GPUs)", "\n".join(body))
-
-
-def parse_size(text: str) -> int:
-    """``"8K"``, ``"1M"``, ``"1G"`` or bytes, as ``--sizes`` takes them."""
-    units = {"K": KiB, "M": MiB, "G": GiB}
-    text = text.strip().upper().removesuffix("IB").removesuffix("B")
-    return int(text[:-1]) * units[text[-1]] if text[-1:] in units else int(text)
 
 
 def report_peers(reduce_rows: dict, peers: Peers, world: int, rounds: int) -> None:

@@ -6,6 +6,7 @@ Run on one machine with N GPUs (one rank each; ranks sharing a GPU are refused, 
 
     torchrun --nproc_per_node=N benchmarks/tune_ccl.py                       # every collective, bf16 and fp32
     torchrun --nproc_per_node=N benchmarks/tune_ccl.py --collectives all_reduce --dtypes bf16
+    torchrun --nproc_per_node=N benchmarks/tune_ccl.py --collectives all_to_all --sizes 16M,256M
 
 Rank 0 merges the rows into ``iris/ccl/tables/<gpu>.json`` (those of the same collective, world size, dtype and
 size are replaced) and writes the table, with what the size rules alone take beside the tuned choice, to
@@ -29,6 +30,7 @@ import torch.distributed as dist  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import iris  # noqa: E402
 from benchmarks.results import RESULTS, environment, write_section  # noqa: E402
+from iris.base.sizes import parse_size  # noqa: E402
 from iris.ccl import Config, tuning  # noqa: E402
 from iris.ccl.groups import members  # noqa: E402
 from iris.ccl.launch import has_copy_engines  # noqa: E402
@@ -127,8 +129,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--collectives", default=",".join(SIZES), help="comma-separated, of " + ", ".join(SIZES))
     parser.add_argument("--dtypes", default="bf16,fp32", help="comma-separated, of " + ", ".join(DTYPES))
+    parser.add_argument("--sizes", help="only these sizes, e.g. 64M,256M (default: every size of each collective)")
     parser.add_argument("--no-ship", action="store_true", help="print and write RESULTS.md, leave the table alone")
     args = parser.parse_args()
+    wanted = {parse_size(text) for text in args.sizes.split(",")} if args.sizes else None
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
@@ -141,7 +145,7 @@ def main() -> None:
     rows, lines = [], []
     for collective in args.collectives.split(","):
         for dtype_name in args.dtypes.split(","):
-            for nbytes in SIZES[collective]:
+            for nbytes in [size for size in SIZES[collective] if wanted is None or size in wanted]:
                 row, line = tune_point(ctx, collective, DTYPES[dtype_name], nbytes, world)
                 rows.append(row)
                 lines.append(line)

@@ -34,7 +34,7 @@ import torch.distributed as dist
 import iris
 from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, Config, ReduceOp, owned_range
 from iris.ccl.all_reduce import IN_PLACE_VARIANTS
-from iris.ccl.config import UPSTREAM_ALL_GATHER_VARIANTS
+from iris.ccl.config import REDUCE_SCATTER_VARIANTS, UPSTREAM_ALL_GATHER_VARIANTS
 from iris.ops import FusedConfig
 from iris.ops.all_gather_matmul_hbm_buffer import all_gather_matmul_hbm_buffer
 
@@ -134,6 +134,8 @@ def _draw_config(rng, collective: str, shape: list, world: int) -> dict | None:
         config["all_reduce_variant"] = rng.choice((None, *ALL_REDUCE_VARIANTS))
     elif collective == "all_gather":
         config["all_gather_variant"] = rng.choice((None, *ALL_GATHER_VARIANTS, *UPSTREAM_ALL_GATHER_VARIANTS))
+    elif collective == "reduce_scatter":
+        config["reduce_scatter_variant"] = rng.choice((None, *REDUCE_SCATTER_VARIANTS))
     elif collective == "all_to_all":
         m, n = shape[0], shape[1] // world
         tiles = [(bm, bn) for bm in (1, 2, 4, 16, 32) for bn in (1, 4, 16, 64)

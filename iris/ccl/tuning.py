@@ -9,9 +9,9 @@ first of:
 2. the table shipped for this GPU model and world size (``iris/ccl/tables/*.json``, made by
    ``benchmarks/tune_ccl.py`` on the GPUs named in it): the row of the nearest size at or below this one;
 3. a tuning now, when autotuning is on (``iris.ccl.AUTOTUNE``, ``IRIS_AUTOTUNE=0`` turns it off) and neither
-   has a row: candidates timed as CUDA-graph replays with every rank in step, rank 0's winner used by every rank
-   and written to the cache; ``IRIS_AUTOTUNE_BUDGET`` seconds at most (default 20), ``IRIS_AUTOTUNE_VERBOSE=1``
-   prints each candidate's time;
+   has a row: candidates (each variant with its own block, grid and warps) timed as CUDA-graph replays with
+   every rank in step, rank 0's winner used by every rank and written to the cache; ``IRIS_AUTOTUNE_BUDGET``
+   seconds at most (default 20), ``IRIS_AUTOTUNE_VERBOSE=1`` prints each candidate's time;
 4. with autotuning off, the table's row for the nearest world size, said once;
 5. the size rules (:func:`iris.ccl.rules.choose_variant`...) and the defaults.
 
@@ -292,9 +292,9 @@ def chosen_config(config: Config, row: dict, collective: str, fixed: dict) -> Co
 
 
 def candidates(ctx, collective: str, config: Config, fixed: dict, nbytes: int, world: int):
-    """Each tuned field's values to try, in the order tried (coordinate search: a field at a time, from the
-    current best). The first value of each is what the size rules and defaults pick, so a tuning keeps them unless
-    another is faster by :data:`MARGIN`."""
+    """Each tuned field's values to try, in the order tried (:func:`tune`: each variant, and for each a coordinate
+    search of the other fields, a field at a time from the current best). The first value of each is what the size
+    rules and defaults pick, so a tuning keeps them unless another is faster by :data:`MARGIN`."""
     from .inbox import use_inbox
     from .launch import block_size, has_copy_engines
     from .rules import choose_all_to_all_variant, choose_gather_variant, choose_scatter_variant, choose_variant
@@ -347,12 +347,17 @@ def time_us(fn, calls: int, group, on_gpu: bool, graph: bool = True) -> float:
 
 def tune(ctx, collective, config, fixed, run, members, key, gpu, nbytes, described) -> dict:
     """Time candidates on every rank in step (collective over ``members``), return rank 0's winner; rank 0 writes it
-    to the cache."""
+    to the cache.
+
+    Each variant gets its own coordinate search of the other fields (from their first values, a field at a time),
+    and the variants' bests are compared: a variant's launch shape is its own (4x H200, 2026-11-28: reduce_scatter
+    two_shot of 256 MiB took 640 µs in blocks of 1024 and 689-710 in the default 4096, where a search that chose
+    the variant at the default shape first lost that). The rule's variant is searched first, so a short budget
+    keeps its choice."""
     import torch.distributed as dist
 
     group, root = members.group, members.ranks[0]
     space = candidates(ctx, collective, config, fixed, nbytes, members.size)
-    best = {name: values[0] for name, values in space.items()}
     calls = 10 if nbytes <= (1 << 20) else 1  # short calls: several per graph, so the graph launch is amortised
     on_gpu = ctx.get_device().type == "cuda"
     timings: dict[tuple, float] = {}
@@ -367,16 +372,33 @@ def tune(ctx, collective, config, fixed, run, members, key, gpu, nbytes, describ
                 print(f"iris.ccl autotune {collective} {described}: {choice} {timings[signature]:.1f} us", flush=True)
         return timings[signature]
 
-    best_us = measure(best)
-    for name, values in space.items():
-        for value in values[1:]:
-            over = [time.monotonic() - started > budget]
-            dist.broadcast_object_list(over, src=root, group=group)  # rank 0's clock decides for every rank
-            if over[0]:
-                break
-            trial = {**best, name: value}
-            if measure(trial) < best_us * (1 - MARGIN):
-                best, best_us = trial, measure(trial)
+    def over_budget() -> bool:
+        over = [time.monotonic() - started > budget]
+        dist.broadcast_object_list(over, src=root, group=group)  # rank 0's clock decides for every rank
+        return over[0]
+
+    def search(start: dict) -> tuple[dict, float]:  # coordinate search of every field but the variant
+        best, best_us = start, measure(start)
+        if start.get(variant) == "copy_engines":  # no kernel moves its data: no launch shape to search
+            return best, best_us
+        for name, values in space.items():
+            for value in values[1:] if name != variant else ():
+                if over_budget():
+                    return best, best_us
+                trial = {**best, name: value}
+                if measure(trial) < best_us * (1 - MARGIN):
+                    best, best_us = trial, measure(trial)
+        return best, best_us
+
+    variant = f"{collective}_variant"
+    first = {name: values[0] for name, values in space.items()}
+    best, best_us = search(first)
+    for value in space.get(variant, [])[1:]:
+        if over_budget():
+            break
+        trial, trial_us = search({**first, variant: value})
+        if trial_us < best_us * (1 - MARGIN):
+            best, best_us = trial, trial_us
     winner = [best, best_us]
     dist.broadcast_object_list(winner, src=root, group=group)  # rank 0's winner, for every rank
     best, best_us = winner
