@@ -188,7 +188,8 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig, B=None) -> tuple[s
     :func:`iris.ops.pieces.transfer_hiding`) bounds how fast matmul_all_gather's and matmul_all_reduce's pieces
     shrink (:func:`iris.ops.pieces.growth`), and where it is large they cut 2 pieces instead, the last of 512
     rows, whose GEMM outlasts the transfer of all the rows before it
-    (:func:`iris.ops.pieces.last_piece_hides_the_rest`). ``"auto"`` takes the chunked path on GPUs where it has
+    (:func:`iris.ops.pieces.last_piece_hides_the_rest`); matmul_all_reduce at more than 2 ranks cuts 2 even pieces
+    (:func:`iris.ops.pieces.cut_at_more_ranks`). ``"auto"`` takes the chunked path on GPUs where it has
     something to overlap (:func:`iris.ops.pieces.overlaps`: at least 2 pieces, or, for the reductions at more
     than 2 ranks, the peers' blocks), else the sequential path; matmul_all_reduce with a named
     ``config.all_reduce_variant`` takes the sequential path, whose all-reduce is :mod:`iris.ccl`'s of that name.
@@ -208,6 +209,7 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig, B=None) -> tuple[s
     growth = config.growth if config.growth is not None else pieces.growth(op, rows, count, hiding)
     if config.chunks is None and config.growth is None:
         count, growth = pieces.last_piece_hides_the_rest(op, rows, columns, hiding) or (count, growth)
+        count, growth = pieces.cut_at_more_ranks(op, rows, columns, world) or (count, growth)
     if op == "matmul_all_reduce" and config.all_reduce_variant is not None:
         if config.variant == "chunked":
             raise ValueError(f"rank {ctx.cur_rank}: matmul_all_reduce: FusedConfig(variant='chunked', "

@@ -50,8 +50,10 @@ and above):
   matmul_reduce_scatter's column blocks of 2048 x 2048 made one piece each, which left it on the sequential path,
   behind torch's fused op (198 against 191 µs, 425 against 385; 4x H200, 2026-11-28).
 
-Neither rule has been timed at 4 ranks yet: ``NPROC=4 tests/gpu/sweep_pieces.sh`` and ``benchmarks/fused_ops.py
---chunks`` are how a cut is checked there.
+Timed at 4 ranks (``benchmarks/fused_ops.py --chunks``, 4x H200, 2026-11-28), matmul_all_reduce was fastest in 2
+even pieces at all three M = 8192 shapes, the 3 pieces of these rules 3-11% slower: :func:`cut_at_more_ranks` cuts
+it so at more than 2 ranks. ``NPROC=4 tests/gpu/sweep_pieces.sh`` and ``benchmarks/fused_ops.py --chunks`` are how a
+cut is checked there.
 
 Every rank cuts the same way (the sizes depend only on the lengths and the plan), so a piece's flag means the
 same rows on the rank that sends it and on the rank that waits for it.
@@ -174,6 +176,30 @@ def last_piece_hides_the_rest(op: str, rows: int, columns: int, hiding: float | 
             rows - PIECE_ROWS > hiding * PIECE_ROWS):
         return None
     return 2, PIECE_ROWS / (rows - PIECE_ROWS)  # sizes() holds the last piece at PIECE_ROWS exactly
+
+
+def cut_at_more_ranks(op: str, rows: int, columns: int, world: int) -> tuple[int, float] | None:
+    """``(2, 1.0)``, two even pieces, for matmul_all_reduce at more than 2 ranks wherever :func:`count` would cut
+    ``rows`` x ``columns`` at all; None elsewhere (the other rules decide).
+
+    Its peer blocks already overlap (:func:`overlaps`), and fewer pieces make fewer, longer pushes. Measured on 4x
+    H200 (2026-11-28, bf16, benchmarks/RESULTS.md "fused_ops (4 GPUs, pieces of the chunked path:
+    matmul_all_gather,matmul_all_reduce, ..."), 2 even pieces against 3 even ones, the count the other rules cut there:
+    717 against 769 µs at 8192^3, 2394 against 2666 at 8192 x 28672 x 8192, 1649 against 1686 at 8192 x 8192 x
+    28672 (where those rules shrink the 3 pieces by 0.76, a cut the sweep did not time; the fastest it timed, 4
+    x0.5, took 1643). matmul_all_gather's best cuts there (4 x0.5, 3 x0.5) were
+    no such pattern, and it keeps its rules.
+
+    Examples
+    --------
+    >>> cut_at_more_ranks("matmul_all_reduce", 2048, 8192, 4), cut_at_more_ranks("matmul_all_reduce", 4096, 8192, 2)
+    ((2, 1.0), None)
+    >>> cut_at_more_ranks("matmul_all_reduce", 512, 8192, 4) is None     # one piece: nothing to cut
+    True
+    """
+    if op != "matmul_all_reduce" or world <= 2 or count(op, rows, columns) < 2:
+        return None
+    return 2, 1.0
 
 
 def transfer_hiding(device_name: str, dtype, depth: int, world: int, tf32: bool = False) -> float | None:
