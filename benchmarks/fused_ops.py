@@ -302,11 +302,12 @@ def sweep(ctx, op, shape, case: Case, plans) -> dict:
     """G, C, S, the sequential path and the chunked path cut by each plan ``(pieces, growth)``, µs per call
     (medians of rotated rounds, as :func:`measure_case`)."""
     calls = {"G": case.gemm, "C": case.collective, "S": case.sequence}
-    for plan in ["sequential", *plans]:
-        config = iris.ops.FusedConfig(variant="sequential") if plan == "sequential" else (
+    one_kernel = ["peers_first"] if op == "matmul_reduce_scatter" else []  # its one-kernel path, beside the others
+    for plan in ["sequential", *one_kernel, *plans]:
+        config = iris.ops.FusedConfig(variant=plan) if isinstance(plan, str) else (
             iris.ops.FusedConfig(variant="chunked", chunks=plan[0], growth=plan[1]))
         workspace = case.ours(config)  # a new cut may allocate (collective): outside any capture
-        label = plan if plan == "sequential" else _plan_label(workspace.pieces, workspace.growth)
+        label = plan if isinstance(plan, str) else _plan_label(workspace.pieces, workspace.growth)
         calls[label] = functools.partial(case.ours, config)
     torch.cuda.synchronize()
     ctx.barrier()
@@ -336,10 +337,11 @@ def _plan_label(pieces: int, growth: float) -> str:
 def sweep_table(rows, world, command: str) -> str:
     labels = list(dict.fromkeys(key for row in rows for key in row["timings"] if key not in ("G", "C", "S")))
     lines = [f"{environment()}; {world} ranks, bf16, CUDA-graph replays, µs per call (the slowest rank's, median of "
-             f"{ROUNDS} rotated rounds): G, C and S as in the main table, the sequential path, and the chunked path "
-             "cut into `n xg` pieces (n pieces, each g times the rows of the one before). Written by "
-             f"`{command}`; `iris.ops.pieces`'s rule follows it. The fastest cut is bold; T / S of the fastest in "
-             "the last column. Where a block is too short for its pieces to grow or shrink (under n x 512 rows), "
+             f"{ROUNDS} rotated rounds): G, C and S as in the main table, the sequential path, matmul_reduce_scatter's "
+             "one-kernel path (peers_first), and the chunked path cut into `n xg` pieces (n pieces, each g times the "
+             f"rows of the one before). Written by `{command}`; `iris.ops.pieces`'s rule follows it. The fastest "
+             "path but the sequential one is bold; T / S of it in the last column. Where a block is too short for "
+             "its pieces to grow or shrink (under n x 512 rows), "
              "every growth gives the same even cut.",
              "", "| op | M, N, K | G | C | S | " + " | ".join(labels) + " | best T / S |",
              "|---|---|---|---|---|" + "---|" * (len(labels) + 1)]

@@ -471,6 +471,8 @@ def _op_paths(case: dict) -> list[tuple[str, FusedConfig]]:
     if case["op"] == "matmul_all_reduce":
         paths.append((f"all_reduce_variant={case['all_reduce_variant']}",
                       FusedConfig(all_reduce_variant=case["all_reduce_variant"])))
+    if case["op"] == "matmul_reduce_scatter":
+        paths.append(("peers_first", FusedConfig(variant="peers_first")))
     return paths
 
 

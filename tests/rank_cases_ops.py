@@ -400,3 +400,52 @@ def interrupted_call():
     error = (out - want).abs().max().item()
     ctx.barrier()
     return {"rank": rank, "interrupted": interrupted, "refused": refused, "error": error}
+
+
+def peers_first_path():
+    """matmul_reduce_scatter on the one-kernel path (iris.ops.peers_first) against the reference, at odd shapes
+    (partial tiles in M, N and K), in fp32 and bf16, with and without bias, ``out`` on the heap or not; then three
+    calls in a row with new inputs and no host synchronisation between them (the inbox's two halves), each result
+    kept aside in stream order and checked after; and variant="peers_first" asked of another op, refused."""
+    ctx = iris.iris("64MiB", backend=BACKEND)
+    rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
+    peers_first = iris.ops.FusedConfig(variant="peers_first")
+    checked = 0
+    shapes = ((19, 37, 21), (40, 16, 16))
+    for (m, k, n_local), dtype in [(shape, dtype) for shape in shapes for dtype in (torch.float32, torch.bfloat16)]:
+        n = n_local * world
+        As, Bs = _inputs((m, k), world, dtype, device, 10), _inputs((k, n), world, dtype, device, 20)
+        biases = _inputs((n,), world, dtype, device, 30)
+        for with_bias, on_heap in ((False, True), (True, False)):
+            want = sum(a.float() @ b.float() + (bias.float() if with_bias else 0)
+                       for a, b, bias in zip(As, Bs, biases, strict=True))
+            out = (ctx.zeros if on_heap else torch.zeros)(m, n_local, dtype=dtype, device=device)
+            for _ in range(CALLS):
+                workspace = ctx.ops.matmul_reduce_scatter(out, As[rank], Bs[rank], bias=biases[rank] if with_bias
+                                                          else None, config=peers_first)
+            assert workspace.path == "peers_first", workspace.path
+            _close(out, want[:, rank * n_local:(rank + 1) * n_local], dtype,
+                   f"peers_first {dtype} {(m, k, n_local)} bias={with_bias} on heap={on_heap}")
+            checked += 1
+    # calls in a row: each with its own A (refilled in stream order), results copied aside in stream order
+    m, k, n_local = 24, 20, 12
+    A, B = ctx.zeros(m, k), _inputs((k, n_local * world), world, torch.float32, device, 40)[rank]
+    out = ctx.zeros(m, n_local)
+    kept = []
+    for call in range(3):
+        A.copy_(_inputs((m, k), world, torch.float32, device, 100 * call)[rank])
+        ctx.ops.matmul_reduce_scatter(out, A, B, config=peers_first)
+        kept.append(out.clone())
+    for call, got in enumerate(kept):
+        As = _inputs((m, k), world, torch.float32, device, 100 * call)
+        Bs = _inputs((k, n_local * world), world, torch.float32, device, 40)
+        want = sum(a @ b for a, b in zip(As, Bs, strict=True))[:, rank * n_local:(rank + 1) * n_local]
+        _close(got, want, torch.float32, f"peers_first call {call} of 3 in a row")
+        checked += 1
+    refused = None
+    try:
+        ctx.ops.matmul_all_reduce(ctx.zeros(m, n_local), A, B[:, :n_local], config=peers_first)
+    except ValueError as error:
+        refused = str(error)
+    ctx.barrier()
+    return {"rank": rank, "checked": checked, "refused": refused}

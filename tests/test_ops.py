@@ -106,7 +106,8 @@ def test_more_ranks_push_in_turn_and_cut_by_the_ratio_of_gemm_to_transfer(monkey
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
 
     def cut(world, op, m, n, k):
-        ctx = types.SimpleNamespace(num_ranks=world, backend="cuda", get_device=lambda: 0, cur_rank=0)
+        ctx = types.SimpleNamespace(num_ranks=world, backend="cuda", get_device=lambda: 0, cur_rank=0,
+                                    get_cu_count=lambda: 132)
         depth = k // world if op in pieces.REDUCING else k  # the reductions' A and B are split along K
         columns = n // world if op == "matmul_reduce_scatter" else n  # out's
         B = torch.empty(depth, n, device="meta", dtype=torch.bfloat16)
@@ -127,10 +128,25 @@ def test_more_ranks_push_in_turn_and_cut_by_the_ratio_of_gemm_to_transfer(monkey
     assert pieces.growth("matmul_all_reduce", 2048, 3, hiding=0.38) == 1.0  # transfers outlast GEMMs: even
     assert cut(4, "matmul_all_gather", 8192, 8192, 8192) == ("chunked", [1024, 512, 512])
     assert cut(4, "matmul_reduce_scatter", 512, 64, 64) == ("sequential", [512])  # too small to pipeline
+    # lesson 13's shape: too shallow for the chunked path; at 4 ranks a GEMM of 2048^3 a rank, small enough for the
+    # one-kernel path; at 2 ranks twice as deep, where cuBLAS's GEMM wins
+    assert cut(4, "matmul_reduce_scatter", 2048, 2048, 8192) == ("peers_first", [2048])
+    assert cut(4, "matmul_reduce_scatter", 1024, 1024, 4096) == ("peers_first", [1024])  # 64 programs: won
+    assert cut(2, "matmul_reduce_scatter", 2048, 2048, 8192) == ("sequential", [2048])
+    # a shallow GEMM whose blocks are large: matmul_reduce_scatter's one push a block paid (4x H200: 130 against 157)
+    assert cut(4, "matmul_reduce_scatter", 4096, 4096, 4096) == ("chunked", [4096])
     # lesson 15's shape: a GEMM too short to hide the copy engines' pushes (4x H200: 233 µs chunked, 200 sequential)
     assert cut(4, "matmul_all_reduce", 4096, 4096, 4096) == ("sequential", [1024])
     assert pieces.growth("matmul_all_gather", 4096, 3, hiding=None) == pieces.GROWTH["matmul_all_gather"]
     assert pieces.growth("matmul_reduce_scatter", 4096, 2, hiding=0.1) == pieces.GROWTH["matmul_reduce_scatter"]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_matmul_reduce_scatter_in_one_kernel_peers_first(world):
+    results = run_ranks(world, f"{CASES}:peers_first_path", timeout=300)
+    assert all(r["checked"] == 2 * 2 * 2 + 3 for r in results), results  # shapes x dtypes x (bias, heap) + 3 calls
+    refusal = "variant='peers_first') is matmul_reduce_scatter's one-kernel path"
+    assert all(refusal in r["refused"] for r in results), results
 
 
 @pytest.mark.parametrize("world", [2, 3])

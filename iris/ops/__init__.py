@@ -38,11 +38,15 @@ instead of the host work of queueing each piece.
 * ``"sequential"``: ``torch.matmul`` into a heap buffer, then :mod:`iris.ccl`'s collective; every op, every backend;
 * ``"chunked"`` (:mod:`iris.ops.chunked`): the GEMM in pieces (cuBLAS; :mod:`iris.ops.pieces` says how many and
   how big), each piece sent by the copy engines on a second stream while the next computes, and consumed by its
-  owner as it lands; every op.
+  owner as it lands; every op;
+* ``"peers_first"`` (:mod:`iris.ops.peers_first`): matmul_reduce_scatter as one Triton kernel whose programs
+  compute the peers' tiles first and store them into their inboxes, the owner summing as they land (lesson 13's
+  last step); taken where the GEMM is small (2048^3 a rank or less), whose host steps and launches the other
+  paths cannot hide.
 
-The fused path (one persistent Triton kernel whose tiles are pushed or consumed as they are produced) is not
-built: cuBLAS pieces with copy-engine transfers keep the GEMM at cuBLAS speed and give the communication no
-SM; ``benchmarks/fused_ops.py`` says where each op stands against a matmul followed by NCCL.
+For large GEMMs no single fused kernel is built: cuBLAS pieces with copy-engine transfers keep the GEMM at cuBLAS
+speed and give the communication no SM; ``benchmarks/fused_ops.py`` says where each op stands against a matmul
+followed by NCCL.
 
 Examples
 --------

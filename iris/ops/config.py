@@ -7,7 +7,7 @@ Examples
 >>> FusedConfig(variant="fused")                          # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-NotImplementedError: FusedConfig variant 'fused': there is no single-kernel path here; ...
+NotImplementedError: FusedConfig variant 'fused': upstream's one fused kernel for every op is not built here; ...
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 from ..ccl.config import ALL_REDUCE_VARIANTS
 from .graphs import CallGraphs
 
-VARIANTS = ("auto", "sequential", "chunked")
+VARIANTS = ("auto", "sequential", "chunked", "peers_first")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -58,10 +58,12 @@ class FusedConfig:
     growth : float or None
         Ours: each piece's rows over the previous piece's (< 1: shrinking, > 1: growing, 1: even); None: the op's
         for the shape (:func:`iris.ops.pieces.growth`, whose module says why).
-    variant : {"auto", "sequential", "chunked"}
+    variant : {"auto", "sequential", "chunked", "peers_first"}
         Ours: the path. ``"sequential"`` runs ``torch.matmul`` into a heap buffer, then iris's collective
         (:mod:`iris.ccl`); ``"chunked"`` runs each piece's communication on a second stream while the next
-        piece computes (:mod:`iris.ops.chunked`); ``"auto"`` picks per op and shape (:func:`iris.ops.choose_path`).
+        piece computes (:mod:`iris.ops.chunked`); ``"peers_first"`` (matmul_reduce_scatter only) is one Triton
+        kernel whose programs compute the peers' tiles first and store them into their inboxes
+        (:mod:`iris.ops.peers_first`); ``"auto"`` picks per op and shape (:func:`iris.ops.choose_path`).
 
     Examples
     --------
@@ -94,9 +96,10 @@ class FusedConfig:
         as the block sizes upstream's ring variant divides by it are not read)."""
         if self.variant == "fused":
             raise NotImplementedError(
-                "FusedConfig variant 'fused': there is no single-kernel path here; 'chunked' (cuBLAS pieces, "
-                "copy-engine transfers, a flag per piece) is what 'auto' runs on GPUs: use variant='auto', "
-                "'sequential' or 'chunked'")
+                "FusedConfig variant 'fused': upstream's one fused kernel for every op is not built here; 'chunked' "
+                "(cuBLAS pieces, copy-engine transfers, a flag per piece) is what 'auto' runs on GPUs for large "
+                "GEMMs, and matmul_reduce_scatter has a one-kernel path for small ones, 'peers_first': use "
+                "variant='auto', 'sequential', 'chunked' or (matmul_reduce_scatter) 'peers_first'")
         if self.variant not in VARIANTS:
             raise ValueError(f"FusedConfig variant {self.variant!r}: use one of {', '.join(map(repr, VARIANTS))}")
         if self.all_reduce_variant not in (None, *ALL_REDUCE_VARIANTS):
@@ -201,12 +204,14 @@ class Workspace:
             return tensor
         return self.buffer(ctx, name, tensor.shape, tensor.dtype)
 
-    def buffer(self, ctx, name: str, shape, dtype) -> torch.Tensor:
+    def buffer(self, ctx, name: str, shape, dtype, zeroed: bool = False) -> torch.Tensor:
         """The heap buffer ``name`` of this shape and dtype (allocated on the first call that asks for it:
-        collective). Its shape is part of its name: calls with another piece count keep their own."""
+        collective; ``zeroed``: zeros on every rank before any rank goes on, as flags need). Its shape is part of
+        its name: calls with another piece count keep their own."""
         key = (name, tuple(shape), dtype)
         if key not in self.buffers:
-            self.buffers[key] = ctx.empty(*shape, dtype=dtype, name=f"ops.{self.key[0]}.{name}")
+            make = ctx.zeros if zeroed else ctx.empty
+            self.buffers[key] = make(*shape, dtype=dtype, name=f"ops.{self.key[0]}.{name}")
         return self.buffers[key]
 
 

@@ -16,7 +16,7 @@ import functools
 
 import torch
 
-from . import chunked, owned_tiles, pieces, sequential
+from . import chunked, owned_tiles, peers_first, pieces, sequential
 from .config import DTYPES, FusedConfig, Workspace
 from .graphs import call_key
 
@@ -191,8 +191,10 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig, B=None) -> tuple[s
     (:func:`iris.ops.pieces.last_piece_hides_the_rest`); matmul_all_reduce at more than 2 ranks cuts 2 even pieces
     (:func:`iris.ops.pieces.cut_at_more_ranks`). ``"auto"`` takes the chunked path on GPUs where it has
     something to overlap (:func:`iris.ops.pieces.overlaps`: at least 2 pieces, or, for the reductions at more
-    than 2 ranks, the peers' blocks), else the sequential path; matmul_all_reduce with a named
-    ``config.all_reduce_variant`` takes the sequential path, whose all-reduce is :mod:`iris.ccl`'s of that name.
+    than 2 ranks, the peers' blocks); else, for matmul_reduce_scatter on GPUs, given ``B``, the one-kernel path
+    where its GEMM is small (:func:`iris.ops.peers_first.pays`); else the sequential path; matmul_all_reduce with
+    a named ``config.all_reduce_variant`` takes the sequential path, whose all-reduce is :mod:`iris.ccl`'s of that
+    name.
 
     Examples
     --------
@@ -217,11 +219,17 @@ def choose_path(ctx, op: str, out_shape, config: FusedConfig, B=None) -> tuple[s
                              "own piece-by-piece copies; all_reduce_variant picks iris.ccl's algorithm on the "
                              "sequential path: drop one of the two")
         return "sequential", count, growth  # the path whose all-reduce is iris.ccl's, where that variant exists
+    if config.variant == "peers_first" and op != "matmul_reduce_scatter":
+        raise ValueError(f"rank {ctx.cur_rank}: {op}: FusedConfig(variant='peers_first') is matmul_reduce_scatter's "
+                         "one-kernel path; use 'auto', 'sequential' or 'chunked' for this op")
     if config.variant != "auto":
         return config.variant, count, growth
     gpu = ctx.backend == "cuda" and world > 1
-    chunked = gpu and pieces.overlaps(op, rows, columns, count, world, hiding)
-    return ("chunked" if chunked else "sequential"), count, growth
+    if gpu and pieces.overlaps(op, rows, columns, count, world, hiding):
+        return "chunked", count, growth
+    if gpu and op == "matmul_reduce_scatter" and B is not None and peers_first.pays(ctx, *out_shape, B.shape[0]):
+        return "peers_first", 1, 1.0
+    return "sequential", count, growth
 
 
 def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace, path=None) -> Workspace:
@@ -250,6 +258,8 @@ def _run(ctx, op, implementation, out, A, B, bias, async_op, config, workspace, 
     elif workspace.path == "chunked":
         call = functools.partial(CHUNKED[op], ctx, out, A, B, bias, async_op, workspace, workspace.pieces,
                                  workspace.growth)
+    elif workspace.path == "peers_first":
+        call = functools.partial(peers_first.matmul_reduce_scatter, ctx, out, A, B, bias, async_op, workspace)
     elif op == "matmul_all_reduce":
         call = functools.partial(implementation, ctx, out, A, B, bias, async_op, workspace, config.all_reduce_variant)
     else:

@@ -35,6 +35,12 @@ def test_views_as_inputs_and_alternating_shapes_on_gpu():
 
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_matmul_reduce_scatter_in_one_kernel_on_gpu(world):
+    results = run_ranks(world, f"{CASES}:peers_first_path", env=CUDA)
+    assert all(r["checked"] == 2 * 2 * 2 + 3 for r in results), results
+
+
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_pieces_that_grow_or_shrink_on_gpu(world):
     """Every op on the chunked path, cut three ways and called repeatedly (replayed graphs), against the
