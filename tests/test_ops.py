@@ -141,7 +141,7 @@ def test_more_ranks_push_in_turn_and_cut_by_the_ratio_of_gemm_to_transfer(monkey
     assert pieces.growth("matmul_reduce_scatter", 4096, 2, hiding=0.1) == pieces.GROWTH["matmul_reduce_scatter"]
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, 3, 8])  # 8: the world size whose GPUs are not lent, on CPU ranks
 def test_matmul_reduce_scatter_in_one_kernel_peers_first(world):
     results = run_ranks(world, f"{CASES}:peers_first_path", timeout=300)
     assert all(r["checked"] == 2 * 2 * 2 + 3 for r in results), results  # shapes x dtypes x (bias, heap) + 3 calls
