@@ -449,3 +449,22 @@ def peers_first_path():
         refused = str(error)
     ctx.barrier()
     return {"rank": rank, "checked": checked, "refused": refused}
+
+
+def peers_first_under_the_race_checker():
+    """matmul_reduce_scatter's one-kernel path with the race checker on: three calls in a row (the second and the
+    third reuse the inbox's halves), checked against the reference; the races each rank found (none expected: every
+    tile is read by its owner only after the flag its writer raised with release)."""
+    ctx = iris.iris("64MiB", backend=BACKEND, check="races")
+    rank, world, device = ctx.cur_rank, ctx.num_ranks, ctx.get_device()
+    m, k, n_local = 20, 24, 18
+    As, Bs = _inputs((m, k), world, torch.float32, device, 70), _inputs((k, n_local * world), world, torch.float32,
+                                                                          device, 80)
+    out = ctx.zeros(m, n_local)
+    for _ in range(3):
+        ctx.ops.matmul_reduce_scatter(out, As[rank], Bs[rank], config=iris.ops.FusedConfig(variant="peers_first"))
+    want = sum(a @ b for a, b in zip(As, Bs, strict=True))[:, rank * n_local:(rank + 1) * n_local]
+    _close(out, want, torch.float32, "peers_first under the race checker")
+    races = [str(race) for race in ctx.races()]
+    ctx.barrier()
+    return {"rank": rank, "races": races}

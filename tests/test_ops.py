@@ -149,6 +149,11 @@ def test_matmul_reduce_scatter_in_one_kernel_peers_first(world):
     assert all(refusal in r["refused"] for r in results), results
 
 
+def test_matmul_reduce_scatter_in_one_kernel_has_no_race():
+    results = run_ranks(3, f"{CASES}:peers_first_under_the_race_checker", timeout=300)
+    assert all(r["races"] == [] for r in results), [r["races"] for r in results]
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_one_piece_a_block_reduces_as_the_sequential_path(world):
     for result in run_ranks(world, f"{CASES}:one_piece_a_block"):
