@@ -1,6 +1,6 @@
 """GEMM + communication ops (ctx.ops) on the CUDA backend: the CPU suite's rank cases with IRIS_TEST_BACKEND=cuda
-on 2 ranks (3 and 4 for the chunked path's pieces; ranks share GPUs where there are fewer), at shapes of a few
-hundred, fp32, bf16 and fp16.
+on 2 ranks (3 and 4 for the chunked path's pieces, and ``IRIS_GPU_WORLD`` too for the one-kernel path; ranks share
+GPUs where there are fewer), at shapes of a few hundred, fp32, bf16 and fp16.
 
 Run on a GPU machine by tests/gpu/run_gpu_checks.sh (or ``pytest tests/gpu/test_ops_cuda.py``).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.gpu import WORLD
 from tests.multirank import run_ranks
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -35,9 +36,9 @@ def test_views_as_inputs_and_alternating_shapes_on_gpu():
 
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", sorted({2, 4, WORLD}))
 def test_matmul_reduce_scatter_in_one_kernel_on_gpu(world):
-    results = run_ranks(world, f"{CASES}:peers_first_path", env=CUDA)
+    results = run_ranks(world, f"{CASES}:peers_first_path", env=CUDA, timeout=300)
     assert all(r["checked"] == 2 * 2 * 2 + 3 for r in results), results
 
 
