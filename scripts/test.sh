@@ -14,7 +14,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 NEWEST_STACK_TESTS=(
-  tests/test_versions.py tests/test_interpret.py tests/test_interpret_bf16.py tests/test_device.py
+  tests/test_versions.py tests/test_interpret.py tests/test_interpret_bf16.py tests/test_interpret_atomic_adds.py
+  tests/test_device.py
   tests/test_gluon_host.py tests/test_gluon_sm90.py tests/test_ccl.py tests/test_races.py tests/test_tracing.py
   tests/test_traffic.py tests/test_device_diff.py
   tests/test_upstream_host_api.py tests/test_upstream_surface.py

@@ -165,8 +165,9 @@ def adds_or_stores(counter_ptr, STORE: tl.constexpr):
 
 
 @triton.jit
-def add_into_rank(counter_ptr, half_ptr, old_ptr, old_half_ptr, cur_rank, to_rank, heap_bases, BLOCK: tl.constexpr):
-    """Every lane adds 1.0 to ``to_rank``'s bf16 and fp16 counters (iris.atomic_add) and keeps what it saw."""
+def add_into_rank(counter_ptr, half_ptr, single_ptr, old_ptr, old_half_ptr, old_single_ptr, cur_rank, to_rank,
+                  heap_bases, BLOCK: tl.constexpr):
+    """Every lane adds 1.0 to ``to_rank``'s bf16, fp16 and fp32 counters (iris.atomic_add) and keeps what it saw."""
     offs = tl.arange(0, BLOCK)
     lanes = tl.program_id(0) * BLOCK + offs
     old = iris.atomic_add(counter_ptr + offs * 0, tl.full([BLOCK], 1.0, tl.bfloat16), cur_rank, to_rank, heap_bases,
@@ -175,3 +176,6 @@ def add_into_rank(counter_ptr, half_ptr, old_ptr, old_half_ptr, cur_rank, to_ran
     old_half = iris.atomic_add(half_ptr + offs * 0, tl.full([BLOCK], 1.0, tl.float16), cur_rank, to_rank,
                                heap_bases, sem="relaxed")
     tl.store(old_half_ptr + lanes, old_half)
+    old_single = iris.atomic_add(single_ptr + offs * 0, tl.full([BLOCK], 1.0, tl.float32), cur_rank, to_rank,
+                                 heap_bases, sem="relaxed")
+    tl.store(old_single_ptr + lanes, old_single)

@@ -287,3 +287,17 @@ def iris_atomic(target_ptr, heap_bases, OP: tl.constexpr):
         iris.atomic_max(target_ptr, value, 0, 0, heap_bases)
     else:
         iris.atomic_cas(target_ptr, value, value, 0, 0, heap_bases)
+
+
+# ---------------------------------------------------------------- float atomic adds (iris.interpret.atomic_adds)
+
+
+@triton.jit
+def add_lane_by_lane(target_ptr, value_ptr, old_ptr, n, BLOCK: tl.constexpr, ONE_WORD: tl.constexpr = False):
+    """Lane i < n adds value[i] into target[i] (into target[0] with ONE_WORD; tl.atomic_add) and keeps what it
+    found."""
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    where = target_ptr + (offs * 0 if ONE_WORD else offs)
+    found = tl.atomic_add(where, tl.load(value_ptr + offs, mask=mask), mask=mask, sem="relaxed")
+    tl.store(old_ptr + offs, found, mask=mask)

@@ -252,12 +252,12 @@ def test_the_race_checker_sees_one_bf16_atomic():
     del ctx, counter
 
 
-def test_bf16_and_fp16_atomic_adds_are_atomic_across_processes():
+def test_bf16_fp16_and_fp32_atomic_adds_are_atomic_across_processes():
     results = run_ranks(2, "tests.rank_cases_bf16:atomic_adds_into_rank_zero", timeout=120)
-    for seen in ("seen", "seen_halves"):
+    for seen in ("seen", "seen_halves", "seen_singles"):
         # 256 adds of 1.0 by two processes: each saw a different count, 0 to 255, none was lost.
         assert sorted(results[0][seen] + results[1][seen]) == list(range(256)), seen
-    assert results[0]["counter"] == 256.0 and results[0]["halves"] == 256.0
+    assert results[0]["counter"] == results[0]["halves"] == results[0]["singles"] == 256.0
 
 
 # ---------------------------------------------------------------- what is not emulated, and new Triton methods

@@ -23,6 +23,8 @@ around, and why):
   to 3.9);
 * :mod:`.float_bits_atomics`: float32/float64 ``atomic_xchg``/``and``/``or``/``xor`` act on the bits, and
   float64 ``atomic_min``/``atomic_max`` return the right old value, as on a GPU;
+* :mod:`.atomic_adds`: float16 ``atomic_add`` is atomic across processes, and float32 ``atomic_add`` flushes
+  subnormals as a GPU's ``atom.add.f32`` does;
 * :mod:`.kernel_errors`: iris's errors raised in a kernel (:class:`.kernel_errors.RaisedAsIs`) reach the caller
   unwrapped;
 * :mod:`.launch_options`: AMD-only launch options (``waves_per_eu``...) are dropped with a warning, as on a GPU;
@@ -79,6 +81,7 @@ def activate():
 
     from . import (
         aggregate,
+        atomic_adds,
         bf16,
         clock,
         constexpr,
@@ -103,7 +106,8 @@ def activate():
     # lang_once_per_launch after scalar_index: its probe runs the launch patches as scalar_index leaves them.
     # masked_load_other runs a probe kernel: after the modules that make kernels run (and before bf16, as all).
     for module in (constexpr, aggregate, gluon, device_calls, scalar_index, lang_once_per_launch, number_min_max,
-                   float_bits_atomics, clock, guard, kernel_errors, launch_options, masked_load_other, bf16):
+                   float_bits_atomics, atomic_adds, clock, guard, kernel_errors, launch_options, masked_load_other,
+                   bf16):
         module.install()
     _activated = True
 

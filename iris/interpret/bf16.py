@@ -5,7 +5,7 @@ triton/runtime/interpreter.py) and runs its numpy code on them unchanged, so ari
 arithmetic on the bits (``x + x`` of 1.5 gave inf, ``tl.dot`` of two bf16 tiles was off by ~2e10), float
 to bf16 conversions truncate instead of rounding, ``tl.sum``/``tl.max`` of bf16 sum and compare the bits,
 bf16 atomics fail ("Unsupported data type"; on triton 3.6 to 3.8 already ``'InterpreterBuilder' object has
-no attribute 'get_bf16'``) and fp16 atomic adds are atomic only inside one process (a C++ mutex).
+no attribute 'get_bf16'``).
 
 Fix, at the level of ``InterpreterBuilder`` (which Triton kernels, ``@aggregate`` methods and Gluon kernels
 all reach) and of the interpreter's numpy reductions and scans:
@@ -21,9 +21,9 @@ all reach) and of the interpreter's numpy reductions and scans:
   (element i with element i + n/2, halving, like the GPU's shuffle tree); scans round after every step.
   ``min``/``max``/``argmin``/``argmax`` compare values, not bits.
 * ``tl.dot`` of bf16 tiles multiplies the fp32 values (exact) and accumulates in fp32.
-* bf16 ``atomic_add`` (and ``atomic_xchg``, should Triton allow it) and fp16 ``atomic_add`` are
-  compare-and-swap loops on the 16-bit word with the interpreter's own ``atomic_cas`` (it handles 2-byte
-  words), so they are atomic across processes mapping the same heap, as int32/fp32 atomics already are.
+* bf16 ``atomic_add`` (and ``atomic_xchg``, should Triton allow it) are compare-and-swap loops on the 16-bit
+  word (:func:`.atomic_adds.compare_and_swap_loop`, as fp16 and fp32 adds are there), so they are atomic
+  across processes mapping the same heap.
 * Every ``InterpreterBuilder.create_*`` method is classified below. A bf16 value reaching an operation that is
   not emulated (``dot_scaled``, inline asm, or a method that a newer Triton adds and this module does not
   know yet) raises :class:`UnsupportedBf16Operation`, naming it, instead of returning a wrong number.
@@ -44,12 +44,12 @@ import functools
 
 import numpy as np
 import triton.language as tl
-from triton._C.libtriton import interpreter as native
 from triton._C.libtriton import ir
 from triton.runtime import interpreter
 from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
 
 from ..base.patching import replace_once
+from .atomic_adds import updated_words
 from .errors import UnsupportedOnInterpreter
 
 CANONICAL_NAN = 0x7FFF  # what NVIDIA GPUs produce for a NaN result in bf16 (cvt.rn.bf16.f32, add.rn.bf16)
@@ -500,84 +500,19 @@ def _bf16_add(old, value):
     return round_fp32(to_fp32(old) + to_fp32(value))
 
 
-def _fp16_add(old, value):
-    total = old.view(np.float16).astype(np.float32) + value.view(np.float16).astype(np.float32)
-    return total.astype(np.float16).view(np.uint16)  # one fp32 add rounded to fp16: the correctly rounded sum
-
-
 def _exchanged(old, value):
     return value
-
-
-def compare_and_swap_loop(addresses, values, lanes, order, update):
-    """Apply ``update(old, value)`` to 16-bit words atomically, lane by lane, across processes.
-
-    Parameters
-    ----------
-    addresses : numpy.ndarray
-        uint64, flat: where each lane's word is.
-    values : numpy.ndarray
-        uint16, flat: each lane's operand (bits).
-    lanes : numpy.ndarray
-        bool, flat: the lanes that take part.
-    order : the interpreter's ``MEM_SEMANTIC``
-        Memory order of the compare-and-swap that succeeds.
-    update : callable
-        ``update(old_bits, value_bits) -> new_bits`` on uint16 arrays.
-
-    Returns
-    -------
-    numpy.ndarray
-        uint16: each lane's word just before its update took effect (0 where the lane is off).
-
-    Examples
-    --------
-    >>> word = np.zeros(1, dtype=np.uint16)
-    >>> where = np.full(3, word.ctypes.data, dtype=np.uint64)
-    >>> compare_and_swap_loop(where, round_fp32(np.ones(3, np.float32)), np.ones(3, bool),
-    ...                       native.MEM_SEMANTIC.RELAXED, _bf16_add)
-    array([    0, 16256, 16384], dtype=uint16)
-    >>> to_fp32(word)
-    array([3.], dtype=float32)
-    """
-    old = np.zeros(addresses.shape, dtype=np.uint16)
-    pending = np.flatnonzero(lanes)
-    if not pending.size:
-        return old
-    seen = native.load(addresses[pending], np.ones(pending.size, dtype=bool), np.zeros(pending.size, np.uint16),
-                       np.dtype(np.uint16))
-    while pending.size:
-        # Lanes on one word all try; the first wins, the others see its result and retry with it. A lane of
-        # another process that got in between is seen the same way.
-        proposed = np.ascontiguousarray(update(seen, values[pending]), dtype=np.uint16)
-        found = native.atomic_cas(np.ascontiguousarray(addresses[pending]), seen.copy(), proposed, order)
-        swapped = found == seen
-        old[pending[swapped]] = seen[swapped]
-        pending, seen = pending[~swapped], np.ascontiguousarray(found[~swapped])
-    return old
 
 
 def _atomics(create_atomic_rmw):
     @functools.wraps(create_atomic_rmw)
     def rmw(self, rmw_op, ptr, val, mask, sem, scope):
-        element = ptr.get_element_ty()
-        if element == tl.bfloat16:
-            update = {ir.ATOMIC_OP.FADD: _bf16_add, ir.ATOMIC_OP.XCHG: _exchanged}.get(rmw_op)
-            if update is None:
-                raise UnsupportedBf16Operation("create_atomic_rmw", f"atomic_rmw {str(rmw_op).rsplit('.', 1)[-1]}")
-        elif element == tl.float16 and rmw_op == ir.ATOMIC_OP.FADD:
-            update = _fp16_add  # the interpreter's fp16 add holds a mutex of this process only
-        else:
+        if ptr.get_element_ty() != tl.bfloat16:
             return create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope)
-        if sem not in self.ir_sem_to_interpreter_sem:
-            raise ValueError(f"unsupported semantic {sem}")
-        shape = np.shape(ptr.data)
-        old = compare_and_swap_loop(
-            np.ascontiguousarray(ptr.data, dtype=np.uint64).reshape(-1),
-            np.ascontiguousarray(np.broadcast_to(val.data, shape)).view(np.uint16).reshape(-1),
-            np.broadcast_to(np.asarray(mask.data, dtype=bool), shape).reshape(-1),
-            self.ir_sem_to_interpreter_sem[sem], update)
-        return TensorHandle(old.reshape(shape).view(np.asarray(val.data).dtype), val.dtype.scalar)
+        update = {ir.ATOMIC_OP.FADD: _bf16_add, ir.ATOMIC_OP.XCHG: _exchanged}.get(rmw_op)
+        if update is None:
+            raise UnsupportedBf16Operation("create_atomic_rmw", f"atomic_rmw {str(rmw_op).rsplit('.', 1)[-1]}")
+        return updated_words(self, ptr, val, mask, sem, update, np.uint16)
 
     return rmw
 

@@ -32,6 +32,8 @@ REQUIRED_TRITON_INTERNALS = (
     ("triton.runtime.interpreter", "ScanOps.cumsum"),
     ("triton.runtime.interpreter", "ScanOps.cumprod"),
     ("triton._C.libtriton.interpreter", "atomic_cas"),
+    ("triton._C.libtriton.interpreter", "atomic_rmw"),
+    ("triton.runtime.interpreter", "InterpreterBuilder.ir_rmw_op_to_interpreter_rmw_op"),
     ("triton._C.libtriton.interpreter", "load"),
     ("triton.runtime.errors", "InterpreterError"),
     ("triton.language.semantic", "TritonSemantic"),
