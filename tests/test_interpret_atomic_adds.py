@@ -3,7 +3,7 @@
 A GPU's ``atom.add.f32`` flushes subnormal operands and a subnormal sum to a zero of the same sign (PTX ISA; seen on
 an H200 by tests/gpu/test_device_diff_cuda.py); float64 and float16 adds keep subnormals. The expected bits here are
 worked out by hand from those rules; the returned old value is the word as it was. Atomicity across processes is
-tested with bf16 and fp16 in tests/test_interpret_bf16.py.
+tested with bf16, fp16 and fp32 in tests/test_interpret_bf16.py.
 """
 
 import pytest
