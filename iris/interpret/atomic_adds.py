@@ -131,18 +131,16 @@ def native_add_keeps_subnormals() -> bool:
     return bool(word[0] != 0)
 
 
-def updated_words(builder, ptr, val, mask, sem, update, word):
+def updated_words(builder, ptr, val, mask, sem, update):
     """Run ``update`` on the words a builder's ``create_atomic_rmw`` call names, by :func:`compare_and_swap_loop`.
 
     Parameters
     ----------
     builder : InterpreterBuilder
     ptr, val, mask, sem
-        As ``create_atomic_rmw`` takes them.
+        As ``create_atomic_rmw`` takes them; the words are as wide as ``val``'s elements (2 or 4 bytes).
     update : callable
-        ``update(old_bits, value_bits) -> new_bits``.
-    word : numpy unsigned integer type
-        ``np.uint16`` or ``np.uint32``: the width of the element type.
+        ``update(old_bits, value_bits) -> new_bits``, on unsigned integers of that width.
 
     Returns
     -------
@@ -152,6 +150,7 @@ def updated_words(builder, ptr, val, mask, sem, update, word):
     if sem not in builder.ir_sem_to_interpreter_sem:
         raise ValueError(f"unsupported semantic {sem}")
     shape = np.shape(ptr.data)
+    word = np.dtype(f"u{np.asarray(val.data).dtype.itemsize}")
     old = compare_and_swap_loop(
         np.ascontiguousarray(ptr.data, dtype=np.uint64).reshape(-1),
         np.ascontiguousarray(np.broadcast_to(val.data, shape)).view(word).reshape(-1),
@@ -168,7 +167,7 @@ def _adds(updates):
             update = updates.get(element) if rmw_op == ir.ATOMIC_OP.FADD else None
             if update is None:
                 return create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope)
-            return updated_words(self, ptr, val, mask, sem, update, np.uint32 if element == tl.float32 else np.uint16)
+            return updated_words(self, ptr, val, mask, sem, update)
 
         return rmw
 

@@ -512,7 +512,7 @@ def _atomics(create_atomic_rmw):
         update = {ir.ATOMIC_OP.FADD: _bf16_add, ir.ATOMIC_OP.XCHG: _exchanged}.get(rmw_op)
         if update is None:
             raise UnsupportedBf16Operation("create_atomic_rmw", f"atomic_rmw {str(rmw_op).rsplit('.', 1)[-1]}")
-        return updated_words(self, ptr, val, mask, sem, update, np.uint16)
+        return updated_words(self, ptr, val, mask, sem, update)
 
     return rmw
 
