@@ -429,17 +429,17 @@ def peers_first_path():
             checked += 1
     # calls in a row: each with its own A (refilled in stream order), results copied aside in stream order
     m, k, n_local = 24, 20, 12
-    A, B = ctx.zeros(m, k), _inputs((k, n_local * world), world, torch.float32, device, 40)[rank]
+    Bs = _inputs((k, n_local * world), world, torch.float32, device, 40)
+    As = [_inputs((m, k), world, torch.float32, device, 100 * call) for call in range(3)]  # each call's, every rank's
+    A, B = ctx.zeros(m, k), Bs[rank]
     out = ctx.zeros(m, n_local)
     kept = []
     for call in range(3):
-        A.copy_(_inputs((m, k), world, torch.float32, device, 100 * call)[rank])
+        A.copy_(As[call][rank])
         ctx.ops.matmul_reduce_scatter(out, A, B, config=peers_first)
         kept.append(out.clone())
     for call, got in enumerate(kept):
-        As = _inputs((m, k), world, torch.float32, device, 100 * call)
-        Bs = _inputs((k, n_local * world), world, torch.float32, device, 40)
-        want = sum(a @ b for a, b in zip(As, Bs, strict=True))[:, rank * n_local:(rank + 1) * n_local]
+        want = sum(a @ b for a, b in zip(As[call], Bs, strict=True))[:, rank * n_local:(rank + 1) * n_local]
         _close(got, want, torch.float32, f"peers_first call {call} of 3 in a row")
         checked += 1
     refused = None

@@ -155,4 +155,3 @@ def matmul_reduce_scatter(ctx, out, A, B, bias, async_op, workspace):
 def precision() -> str:
     """fp32 products as torch.matmul makes them: TF32 only where torch allows it (its default: not)."""
     return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
-

@@ -191,8 +191,8 @@ def cut_at_more_ranks(op: str, rows: int, columns: int, world: int) -> tuple[int
     matmul_all_gather,matmul_all_reduce, ..."), 2 even pieces against 3 even ones, the count the other rules cut there:
     717 against 769 µs at 8192^3, 2394 against 2666 at 8192 x 28672 x 8192, 1649 against 1686 at 8192 x 8192 x
     28672 (where those rules shrink the 3 pieces by 0.76, a cut the sweep did not time; the fastest it timed, 4
-    x0.5, took 1643). matmul_all_gather's best cuts there (4 x0.5, 3 x0.5) were
-    no such pattern, and it keeps its rules.
+    x0.5, took 1643). matmul_all_gather's best cuts there (4 x0.5, 3 x0.5) follow no such pattern, and it keeps its
+    rules.
 
     Examples
     --------
