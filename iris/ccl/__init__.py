@@ -1,4 +1,5 @@
-"""Collectives on the symmetric heap: all_reduce, all_gather, all_to_all, reduce_scatter, device barrier.
+"""Collectives on the symmetric heap: all_reduce, all_gather, all_to_all, reduce_scatter, broadcast, reduce, gather,
+scatter, point-to-point (send, recv, sendrecv, isend/irecv, batch_isend_irecv: :mod:`iris.ccl.p2p`), device barrier.
 
 Each is one Triton kernel per rank that reads and writes the other ranks' heaps directly and synchronises
 through flags on the heap (:mod:`iris.language.sync`), with no host round trip: calls are cheap to repeat and can
@@ -34,13 +35,20 @@ Examples
 >>> ws = ctx.ccl.all_reduce(out, inp, config=iris.ccl.Config(all_reduce_variant="two_shot"))
 """
 
+from . import p2p
 from .all_gather import all_gather
 from .all_reduce import all_reduce, all_reduce_preamble
 from .all_to_all import all_to_all
 from .barrier import device_barrier
-from .config import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, Config, ReduceOp
+from .broadcast import broadcast
+from .config import (ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, BROADCAST_VARIANTS, REDUCE_VARIANTS,
+                     Config, ReduceOp)
+from .gather import gather
 from .namespace import CCL
+from .p2p import P2POp, batch_isend_irecv, init_p2p, irecv, isend, recv, send, sendrecv
+from .reduce import reduce, reduce_preamble
 from .reduce_scatter import owned_range, reduce_scatter
+from .scatter import scatter
 from .rules import choose_variant
 from .tuning import TuningWarning, env_autotune
 from .workspace import Work, Workspace
@@ -50,7 +58,9 @@ from .workspace import Work, Workspace
 AUTOTUNE = env_autotune()
 
 __all__ = [
-    "ALL_GATHER_VARIANTS", "ALL_REDUCE_VARIANTS", "ALL_TO_ALL_VARIANTS", "AUTOTUNE", "CCL", "Config", "ReduceOp",
-    "TuningWarning", "Work", "Workspace", "all_gather", "all_reduce", "all_reduce_preamble", "all_to_all",
-    "choose_variant", "device_barrier", "owned_range", "reduce_scatter",
+    "ALL_GATHER_VARIANTS", "ALL_REDUCE_VARIANTS", "ALL_TO_ALL_VARIANTS", "AUTOTUNE", "BROADCAST_VARIANTS", "CCL",
+    "Config", "P2POp", "REDUCE_VARIANTS", "ReduceOp", "TuningWarning", "Work", "Workspace", "all_gather", "all_reduce",
+    "all_reduce_preamble", "all_to_all", "batch_isend_irecv", "broadcast", "choose_variant", "device_barrier",
+    "gather", "init_p2p", "irecv", "isend", "owned_range", "p2p", "recv", "reduce", "reduce_preamble",
+    "reduce_scatter", "scatter", "send", "sendrecv",
 ]

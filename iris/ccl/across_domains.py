@@ -16,6 +16,9 @@ reduce_scatter     reduce_scatter of the input, rearranged so that  reduce_scatt
 all_to_all         all_to_all of the columns for the domain's       all_to_all_single of the columns for ranks of
                    ranks (heap buffers)                             other domains, every rank to every rank
 barrier            device barrier over the domain                   all_reduce of one element, cross group
+broadcast, reduce  nothing                                          the same collective over every rank
+gather, scatter
+send, recv         our kernels to a peer of the same domain         send and recv to a peer of another domain
 =================  ===============================================  =============================================
 
 Every level is stream-ordered (on GPUs NCCL's work waits for the kernels before it, and later work for NCCL's),
@@ -185,6 +188,32 @@ class AcrossDomains:
         dist.all_to_all_single(received.view(-1), sent.view(-1), splits, splits, group=network)
         chunks_out[:, others] = received.permute(1, 0, 2)
         return workspace
+
+    # The rooted collectives go over every rank through torch.distributed's library in one level (a two-level
+    # algorithm would gain over it only where the domains' links are much faster than the network's): correct
+    # wherever the ranks are, and returning no workspace of ours.
+    def broadcast(self, out, inp, root: int):
+        """The root's input into every rank's output, by ``dist.broadcast`` over every rank."""
+        if self._ctx.cur_rank == root and out.data_ptr() != inp.data_ptr():
+            out.copy_(inp)
+        dist.broadcast(out, src=root, group=self._groups_made("broadcast")[2])
+
+    def reduce(self, out, inp, root: int):
+        """The sum over every rank into the root's output, by ``dist.reduce`` of a copy (the inputs stay intact)."""
+        total = inp.clone()
+        dist.reduce(total, dst=root, group=self._groups_made("reduce")[2])
+        if self._ctx.cur_rank == root:
+            out.copy_(total)
+
+    def gather(self, out, inp, root: int):
+        """Every rank's input into the root's output, by ``dist.gather``."""
+        rows = list(out.chunk(self._ctx.num_ranks)) if self._ctx.cur_rank == root else None
+        dist.gather(inp.contiguous(), gather_list=rows, dst=root, group=self._groups_made("gather")[2])
+
+    def scatter(self, out, inp, root: int):
+        """Chunk i of the root's input into rank i's output, by ``dist.scatter``."""
+        chunks = [c.contiguous() for c in inp.chunk(self._ctx.num_ranks)] if self._ctx.cur_rank == root else None
+        dist.scatter(out, scatter_list=chunks, src=root, group=self._groups_made("scatter")[2])
 
     def barrier(self, workspace=None):
         """Every rank of every domain reached this point, in stream order: a device barrier over the domain (its

@@ -22,6 +22,8 @@ ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "two_shot_push", "ring", "atomic"
 REDUCE_SCATTER_VARIANTS = ("two_shot", "push")
 ALL_GATHER_VARIANTS = ("push", "pull", "copy_engines")
 ALL_TO_ALL_VARIANTS = ("push", "pull", "copy_engines")
+BROADCAST_VARIANTS = ("push", "copy_engines")  # also scatter's and gather's: one rank against the others
+REDUCE_VARIANTS = ("push", "two_shot")
 UPSTREAM_ALL_GATHER_VARIANTS = ("persistent", "partitioned")  # upstream's tiled kernels: accepted, picked by size
 MIN_BLOCK = 16  # remote accesses are hinted 16-aligned
 MAX_BLOCK = TRITON_MAX_TENSOR_NUMEL  # the most elements of one block (2**20 in triton 3.6 to 3.9)
@@ -96,6 +98,14 @@ class Config:
         chunk into that peer's inbox (:mod:`iris.ccl.all_to_all`); "copy_engines" (ours): each chunk goes by a 2-D
         peer-to-peer memcpy, no kernel (:mod:`iris.ccl.copy_engines`). None: chosen by measurement, else by size
         (:func:`iris.ccl.rules.choose_all_to_all_variant`); with ``use_gluon=True``, pull (the Gluon kernel's).
+    broadcast_variant : {None, "push", "copy_engines"}
+        broadcast's, scatter's and gather's algorithm (:mod:`iris.ccl.broadcast`): "push", one kernel whose writes
+        go straight into the receivers' tensors once they said they are ready; "copy_engines" (GPUs), peer-to-peer
+        memcpys between two device barriers. None: by size (:func:`iris.ccl.rules.choose_rooted_variant`).
+    reduce_variant : {None, "push", "two_shot"}
+        reduce's algorithm (:mod:`iris.ccl.reduce`): "push", every rank writes its input into the root's inbox;
+        "two_shot", each rank sums a chunk of every rank's input and writes it into the root's output. None: by
+        size (:func:`iris.ccl.rules.choose_reduce_variant`).
     swizzle_size, num_xcds, chunk_size, all_reduce_distribution, all_reduce_num_rings, all_reduce_ring_slice_n
         Upstream's tuning knobs for AMD's tiled kernels: checked, but without effect here.
     num_stages : int
@@ -137,6 +147,8 @@ class Config:
     threads_per_warp: int = 64
     waves_per_eu: int = 0
     all_to_all_variant: str | None = None
+    broadcast_variant: str | None = None
+    reduce_variant: str | None = None
     tune: bool = field(default=False, repr=False)
 
     @classmethod
@@ -172,6 +184,12 @@ class Config:
         if self.all_to_all_variant not in (None, *ALL_TO_ALL_VARIANTS):
             raise ValueError(f"all_to_all_variant={self.all_to_all_variant!r}: use one of {ALL_TO_ALL_VARIANTS} "
                              "or None (chosen by measurement or size)")
+        if self.broadcast_variant not in (None, *BROADCAST_VARIANTS):
+            raise ValueError(f"broadcast_variant={self.broadcast_variant!r}: use one of {BROADCAST_VARIANTS} or None "
+                             "(chosen by size)")
+        if self.reduce_variant not in (None, *REDUCE_VARIANTS):
+            raise ValueError(f"reduce_variant={self.reduce_variant!r}: use one of {REDUCE_VARIANTS} or None "
+                             "(chosen by size)")
         if self.reduce_scatter_variant not in (None, *REDUCE_SCATTER_VARIANTS):
             raise ValueError(f"reduce_scatter_variant={self.reduce_scatter_variant!r}: use one of "
                              f"{REDUCE_SCATTER_VARIANTS} or None (chosen by measurement or size)")

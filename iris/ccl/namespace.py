@@ -20,12 +20,20 @@ from .all_gather import all_gather
 from .all_reduce import all_reduce, all_reduce_preamble, spinlock_tile
 from .all_to_all import all_to_all
 from .barrier import device_barrier
+from .broadcast import broadcast
 from .config import Config
-from .groups import group_ranks
+from .gather import gather
+from .groups import group_ranks, members
+from .p2p import P2PState, batch_isend_irecv, init_p2p, irecv, isend, recv, send, sendrecv
+from .reduce import reduce, reduce_preamble
 from .reduce_scatter import reduce_scatter
+from .rooted import output_and_input, root_of
+from .scatter import scatter
 from .workspace import Workspace
 
-VARIANT_FIELDS = {"all_reduce": "all_reduce_variant", "all_gather": "all_gather_variant"}
+VARIANT_FIELDS = {"all_reduce": "all_reduce_variant", "all_gather": "all_gather_variant",
+                  "broadcast": "broadcast_variant", "gather": "broadcast_variant", "scatter": "broadcast_variant",
+                  "reduce": "reduce_variant"}
 
 
 class CCL:
@@ -36,21 +44,24 @@ class CCL:
         self._ctx = ctx
         self._workspaces: dict[tuple, Workspace] = {}
         self.across = AcrossDomains.of(ctx)  # None in a world of one domain: every call takes today's path
+        self.p2p_state: P2PState | None = None  # the latest init_p2p's: what send and recv use by default
 
     @staticmethod
-    def _key(collective: str, config: Config | None, group) -> tuple:
+    def _key(collective: str, config: Config | None, group, root=None) -> tuple:
         field = VARIANT_FIELDS.get(collective)
         variant = getattr(config, field) if field and config is not None else None
         # The spinlock all-reduce's workspace has a lock per tile: one kept for larger tiles has too few for
-        # smaller ones (refused when passed in), so each tile size keeps its own.
-        tile = spinlock_tile(config) if variant == "spinlock" else None
+        # smaller ones (refused when passed in), so each tile size keeps its own. A reduce's inbox is its root's:
+        # each root keeps its own workspace (iris.ccl.reduce).
+        tile = spinlock_tile(config) if variant == "spinlock" else root
         return collective, variant, tile, group_ranks(group)
 
-    def _cached(self, collective: str, config: Config | None, group=None) -> Workspace | None:
-        return self._workspaces.get(self._key(collective, config, group))
+    def _cached(self, collective: str, config: Config | None, group=None, root=None) -> Workspace | None:
+        return self._workspaces.get(self._key(collective, config, group, root))
 
-    def _keep(self, collective: str, config: Config | None, workspace: Workspace, group=None) -> Workspace:
-        self._workspaces[self._key(collective, config, group)] = workspace
+    def _keep(self, collective: str, config: Config | None, workspace: Workspace, group=None,
+              root=None) -> Workspace:
+        self._workspaces[self._key(collective, config, group, root)] = workspace
         return workspace
 
     def all_reduce_preamble(self, output_tensor, input_tensor, config=None, workspace=None) -> Workspace:
@@ -99,6 +110,88 @@ class CCL:
             output_tensor, input_tensor, self._ctx, op, group, async_op, config,
             self._cached("reduce_scatter", None, group)), group)
 
+    # -- the collectives with a root (iris.ccl.rooted) ----------------------------------------------------------
+    def broadcast(self, *tensors, src=0, group=None, async_op=False, config=None, workspace=None):
+        """The root's tensor into every rank's: ``broadcast(tensor, src=0)`` in place, or ``broadcast(output,
+        input, src=0)`` (see :func:`iris.ccl.broadcast`); ``src`` is a rank of the group."""
+        tensors, src = _root_given_by_position(tensors, src, 0)
+        if self.across is not None and self.across.spans(group):
+            return self.across.broadcast(*output_and_input("broadcast", tensors), self._root("broadcast", src))
+        workspace = workspace or self._cached("broadcast", config, group)
+        return self._keep("broadcast", config, broadcast(*tensors, ctx=self._ctx, src=src, group=group,
+                                                         async_op=async_op, config=config, workspace=workspace),
+                          group)
+
+    def reduce(self, *tensors, dst=None, root=None, op=None, group=None, async_op=False, config=None,
+               workspace=None):
+        """The sum over ranks into the root's tensor: ``reduce(tensor, dst=0)`` in place, or ``reduce(output,
+        input, root=0)`` (``dst=`` too; see :func:`iris.ccl.reduce`); the root is a rank of the group."""
+        tensors, dst = _root_given_by_position(tensors, dst, None)
+        if self.across is not None and self.across.spans(group):
+            out, inp = output_and_input("reduce", tensors)
+            return self.across.reduce(out, inp, self._root("reduce", dst, root))
+        workspace = workspace or self._cached("reduce", config, group, (dst, root))
+        return self._keep("reduce", config, reduce(*tensors, ctx=self._ctx, dst=dst, root=root, op=op, group=group,
+                                                   async_op=async_op, config=config, workspace=workspace),
+                          group, (dst, root))
+
+    def reduce_preamble(self, *tensors, dst=None, root=None, op=None, group=None, config=None, workspace=None):
+        """The workspace :meth:`reduce` would use for these tensors, allocated now (before a CUDA graph capture)."""
+        workspace = workspace or self._cached("reduce", config, group, (dst, root))
+        return self._keep("reduce", config, reduce_preamble(*tensors, ctx=self._ctx, dst=dst, root=root, op=op,
+                                                            group=group, config=config, workspace=workspace),
+                          group, (dst, root))
+
+    def gather(self, output_tensor, input_tensor, dst=0, group=None, async_op=False, config=None, workspace=None):
+        """Every rank's input into the root's output, along dim 0 (see :func:`iris.ccl.gather`)."""
+        if self.across is not None and self.across.spans(group):
+            return self.across.gather(output_tensor, input_tensor, self._root("gather", dst))
+        workspace = workspace or self._cached("gather", config, group)
+        return self._keep("gather", config, gather(output_tensor, input_tensor, self._ctx, dst, group, async_op,
+                                                   config, workspace), group)
+
+    def scatter(self, output_tensor, input_tensor, src=0, group=None, async_op=False, config=None, workspace=None):
+        """Chunk i of the root's input into rank i's output (see :func:`iris.ccl.scatter`)."""
+        if self.across is not None and self.across.spans(group):
+            return self.across.scatter(output_tensor, input_tensor, self._root("scatter", src))
+        workspace = workspace or self._cached("scatter", config, group)
+        return self._keep("scatter", config, scatter(output_tensor, input_tensor, self._ctx, src, group, async_op,
+                                                     config, workspace), group)
+
+    def _root(self, collective: str, *given) -> int:
+        names = ("dst", "root") if collective in ("reduce", "gather") else ("src",)
+        return root_of(self._ctx, collective, members(self._ctx, None, collective), *zip(names, given))
+
+    # -- point-to-point (iris.ccl.p2p) ------------------------------------------------------------------------
+    def init_p2p(self, max_numel: int = 2 ** 20, dtype=None, config=None) -> P2PState:
+        """Allocate the point-to-point state (collective); later sends and receives use it by default."""
+        self.p2p_state = init_p2p(self._ctx, max_numel, dtype, config)
+        return self.p2p_state
+
+    def send(self, tensor, dst: int, p2p_state=None, group=None, tag: int = 0) -> None:
+        """Send ``tensor`` to rank ``dst`` of ``group`` (see :mod:`iris.ccl.p2p`)."""
+        send(self._ctx, tensor, dst, p2p_state, group, tag)
+
+    def recv(self, tensor, src: int, p2p_state=None, group=None, tag: int = 0) -> None:
+        """Receive into ``tensor`` the next message of rank ``src`` of ``group``."""
+        recv(self._ctx, tensor, src, p2p_state, group, tag)
+
+    def isend(self, tensor, dst: int, p2p_state=None, group=None, tag: int = 0):
+        """:meth:`send`, returning a :class:`iris.ccl.p2p.P2PWork`."""
+        return isend(self._ctx, tensor, dst, p2p_state, group, tag)
+
+    def irecv(self, tensor, src: int, p2p_state=None, group=None, tag: int = 0):
+        """:meth:`recv`, returning a :class:`iris.ccl.p2p.P2PWork`."""
+        return irecv(self._ctx, tensor, src, p2p_state, group, tag)
+
+    def sendrecv(self, send_tensor, recv_tensor, dst: int, src: int, p2p_state=None, group=None) -> None:
+        """Send to ``dst`` and receive from ``src`` at once (a ring's step)."""
+        sendrecv(self._ctx, send_tensor, recv_tensor, dst, src, p2p_state, group)
+
+    def batch_isend_irecv(self, p2p_op_list, p2p_state=None) -> list:
+        """Every send of a list of :class:`iris.ccl.p2p.P2POp`, then every receive; a work each."""
+        return batch_isend_irecv(self._ctx, p2p_op_list, p2p_state)
+
     def barrier(self, group=None) -> None:
         """Device-side barrier over ``group``'s ranks (None: all; see :func:`iris.ccl.device_barrier`)."""
         if self.across is not None and self.across.spans(group):
@@ -114,3 +207,13 @@ class CCL:
         keep working; upstream Iris shows the same as ``ctx._device_barrier_state``.
         """
         return {workspace.group: workspace.flags for key, workspace in self._workspaces.items() if key[0] == "barrier"}
+
+
+def _root_given_by_position(tensors: tuple, root, default):
+    """Upstream's methods take the root third, after the tensors: ``broadcast(tensor, 0)``. An int at the end of the
+    positional arguments is the root (given twice, by position and by keyword, it is refused)."""
+    if tensors and isinstance(tensors[-1], int) and not isinstance(tensors[-1], bool):
+        if root not in (None, default):
+            raise TypeError(f"the root was given twice: by position ({tensors[-1]}) and by keyword ({root})")
+        return tensors[:-1], tensors[-1]
+    return tensors, root

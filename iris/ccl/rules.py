@@ -12,7 +12,7 @@ Examples
 
 from __future__ import annotations
 
-from .config import ALL_GATHER_VARIANTS, ALL_TO_ALL_VARIANTS
+from .config import ALL_GATHER_VARIANTS, ALL_TO_ALL_VARIANTS, BROADCAST_VARIANTS, REDUCE_VARIANTS
 from .inbox import use_inbox
 
 ONE_SHOT_BYTES = 4 << 20  # one_shot while nbytes * (world - 1) ** 2 is at most this (see choose_variant)
@@ -119,3 +119,32 @@ def choose_all_to_all_variant(requested: str | None, nbytes: int, world: int, gl
     if copy_engines and use_copy_engines(nbytes // max(world, 1), world):
         return "copy_engines"
     return "push" if use_inbox(nbytes // max(world, 1), world) else "pull"
+
+
+def choose_rooted_variant(requested: str | None, nbytes: int, world: int, copy_engines: bool = False) -> str:
+    """broadcast's, scatter's and gather's algorithm: ``requested`` if given; else, where the backend has
+    ``copy_engines``, copy_engines for messages of ``nbytes`` (the bytes one rank sends one peer) from
+    :func:`use_copy_engines` (all_gather's crossover); else push, which keeps no inbox and so serves every size.
+
+    Examples
+    --------
+    >>> choose_rooted_variant(None, 1 << 20, 2), choose_rooted_variant(None, 64 << 20, 2, copy_engines=True)
+    ('push', 'copy_engines')
+    """
+    if requested in BROADCAST_VARIANTS:
+        return requested
+    return "copy_engines" if copy_engines and use_copy_engines(nbytes, world) else "push"
+
+
+def choose_reduce_variant(requested: str | None, nbytes: int, world: int) -> str:
+    """reduce's algorithm: ``requested`` if given, else push (through the root's inbox) while the inbox rule holds
+    (:func:`iris.ccl.inbox.use_inbox`: ``nbytes * (world - 1) <= 4 MiB``), else two_shot.
+
+    Examples
+    --------
+    >>> choose_reduce_variant(None, 256 << 10, 4), choose_reduce_variant(None, 64 << 20, 2)
+    ('push', 'two_shot')
+    """
+    if requested in REDUCE_VARIANTS:
+        return requested
+    return "push" if use_inbox(nbytes, world) else "two_shot"

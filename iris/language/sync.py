@@ -47,13 +47,13 @@ def lanes(world):
 
 
 @triton.jit
-def exchange(ctx, flags, slot, epoch, pid, num_programs):
-    """Tell every rank that this rank's program ``pid`` reached ``slot`` of call ``epoch``; wait for theirs.
+def announce(ctx, flags, slot, epoch, pid, num_programs):
+    """Tell every rank (this one too) that this rank's program ``pid`` reached ``slot`` of call ``epoch``: the
+    first half of :func:`exchange`, alone where only some ranks wait (a broadcast's root tells its leaves).
 
-    One lane per rank: the signals go out as one block of release atomics and the flags are polled as one
-    block of acquire fetch-and-add(0) atomics, so an exchange costs one link round trip whatever the world
-    size (one ``atomic_xchg`` per peer in sequence costs one each: a release waits for the previous one to
-    land). Spare lanes (world rounded up to a power of two) signal nothing and poll this rank's own flag.
+    One lane per rank: the signals go out as one block of release atomics, so it costs one link trip whatever the
+    world size (one ``atomic_xchg`` per peer in sequence costs one each: a release waits for the previous one to
+    land). Spare lanes (world rounded up to a power of two) signal nothing.
     """
     world: tl.constexpr = ctx.world_size
     lane = tl.arange(0, lanes(world))
@@ -62,7 +62,29 @@ def exchange(ctx, flags, slot, epoch, pid, num_programs):
     tl.debug_barrier()  # on a GPU: every thread's writes come before the releases
     mine = flag_of(flags, slot, ctx.rank, pid, num_programs, world) + tl.zeros_like(lane)
     ctx.atomic_xchg(mine, epoch, ranks, mask=live, sem="release", scope="sys")
+
+
+@triton.jit
+def await_all(ctx, flags, slot, epoch, pid, num_programs):
+    """Wait until every rank (this one too) told this rank that its program ``pid`` reached ``slot`` of call
+    ``epoch``: the second half of :func:`exchange`, alone where one rank waits for all (a gather's root).
+
+    The flags are polled as one block of acquire fetch-and-add(0) atomics; spare lanes poll this rank's own flag.
+    """
+    world: tl.constexpr = ctx.world_size
+    lane = tl.arange(0, lanes(world))
+    ranks = tl.where(lane < world, lane, ctx.rank)
     theirs = flag_of(flags, slot, ranks, pid, num_programs, world)
     while tl.min(tl.atomic_add(theirs, 0, sem="acquire", scope="sys"), axis=0) < epoch:
         pass
     tl.debug_barrier()  # on a GPU: no thread of the program reads data before every flag was seen
+
+
+@triton.jit
+def exchange(ctx, flags, slot, epoch, pid, num_programs):
+    """Tell every rank that this rank's program ``pid`` reached ``slot`` of call ``epoch``; wait for theirs.
+
+    :func:`announce` then :func:`await_all`: one link round trip whatever the world size.
+    """
+    announce(ctx, flags, slot, epoch, pid, num_programs)
+    await_all(ctx, flags, slot, epoch, pid, num_programs)

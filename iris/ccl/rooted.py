@@ -1,0 +1,93 @@
+"""What the collectives with a root share (broadcast, reduce, gather, scatter): their two spellings, the root's
+check, the device-side handshake of one rank against the others, and their copy-engine path.
+
+Upstream Iris's files spell them two ways: in place, ``broadcast(tensor, src=0)`` and ``reduce(tensor, dst=0)``
+(the root's tensor is the input; every rank's is the output), and with an output and an input,
+``broadcast(output, input, src=0)`` and ``reduce(output, input, root=0)``. :func:`output_and_input` reads either.
+The root is a rank *of the group* (``group=None``: of the world), as upstream's ``src`` is.
+
+The handshake: a rank's tensor may be written by another rank only once that rank's earlier work on it is done,
+which its arrival in the call says. So a receiver first tells the sender it arrived (one release atomic), the
+sender writes straight into the receiver's tensor (posted stores, no inbox and no copy) and then tells it that the
+data is there. That is one link round trip in all, and the sender never waits for a receiver's reads.
+
+Examples
+--------
+>>> output_and_input("broadcast", (t,))              # in place            # doctest: +SKIP
+(t, t)
+>>> output_and_input("broadcast", (out, inp))        # doctest: +SKIP
+(out, inp)
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..language.sync import flag_of, signal, wait_for
+from .barrier import barrier_on
+from .flag_slots import ARRIVED
+from .workspace import Workspace, reuse_or_allocate
+
+
+def output_and_input(collective: str, tensors: tuple) -> tuple:
+    """``(output, input)`` from a call's positional tensors: one (in place: both are it) or two (output, input).
+
+    Raises
+    ------
+    TypeError
+        Naming the two spellings, for any other number of tensors or something that is not a tensor.
+    """
+    if len(tensors) in (1, 2) and all(isinstance(t, torch.Tensor) for t in tensors):
+        return tensors[0], tensors[-1]
+    kinds = ", ".join(type(t).__name__ for t in tensors) or "nothing"
+    raise TypeError(f"{collective} takes (tensor) in place or (output, input), got ({kinds}); the root is a "
+                    f"keyword: {collective}(tensor, {'src' if collective in ('broadcast', 'scatter') else 'dst'}=0)")
+
+
+def root_of(ctx, collective: str, members, *names: tuple) -> int:
+    """The root given under one of ``names`` (``(name, value)`` pairs, None for not given; default 0), checked
+    against the group: its index in ``members`` (:class:`iris.ccl.groups.Members`).
+
+    Examples
+    --------
+    >>> root_of(ctx, "reduce", members, ("dst", None), ("root", 1))          # doctest: +SKIP
+    1
+    """
+    given = [(name, value) for name, value in names if value is not None]
+    if len({value for _, value in given}) > 1:
+        raise ValueError(f"rank {ctx.cur_rank}: {collective} got " + " and ".join(f"{n}={v}" for n, v in given)
+                         + ": they name the same root (two spellings of upstream Iris); give one")
+    name, root = given[0] if given else (names[0][0], 0)
+    if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < members.size:
+        where = "the group's" if members.group is not None else "the world's"
+        raise ValueError(f"rank {ctx.cur_rank}: {collective} {name}={root!r}: give a rank of {where} "
+                         f"{members.size} ranks, 0 to {members.size - 1} (a rank in the group, as upstream Iris)")
+    return root
+
+
+@triton.jit
+def arrive_at(ctx, flags, epoch, pid, num_programs, root: tl.constexpr):
+    """Tell ``root`` that this rank's program ``pid`` is in call ``epoch``: what its tensors held before may be
+    overwritten (the root, too, tells itself, so that it may wait for every rank at once with ``await_all``)."""
+    tl.debug_barrier()  # on a GPU: every thread is in the call before the root may write
+    signal(ctx, flag_of(flags, ARRIVED, ctx.rank, pid, num_programs, ctx.world_size), epoch, root)
+
+
+@triton.jit
+def hear_from(flags, slot, epoch, pid, num_programs, source: tl.constexpr, world: tl.constexpr):
+    """Wait until rank ``source``'s program ``pid`` signalled ``slot`` of call ``epoch`` to this rank."""
+    wait_for(flag_of(flags, slot, source, pid, num_programs, world), epoch)
+
+
+def rooted_copy_engines(ctx, members, workspace: Workspace | None, key: tuple, copies) -> Workspace:
+    """The copy-engine path of a rooted collective: a device barrier (every receiver is done with what its tensor
+    held), ``copies()`` (this rank's peer-to-peer memcpys, on its stream; none on most ranks), a device barrier
+    (every piece has landed). Collective over ``members``; the barriers' flags live in the returned workspace.
+    """
+    workspace = reuse_or_allocate(ctx, workspace, key, 1, 1, members=members)
+    barrier_on(ctx, workspace, members)
+    copies()
+    barrier_on(ctx, workspace, members)
+    return workspace

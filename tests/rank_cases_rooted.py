@@ -1,0 +1,210 @@
+"""Code that runs inside each rank for tests/test_ccl_rooted.py (and tests/gpu/test_ccl_cuda.py): broadcast, reduce,
+gather, scatter and the point-to-point operations, against torch.distributed (gloo) where it has the operation on
+CPU tensors, else against a reference every rank rebuilds from seeded inputs. Backend: env ``IRIS_TEST_BACKEND``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+import iris
+from iris.ccl import Config, P2POp, irecv, isend
+
+from .rank_cases_ccl import BACKEND, _check_equal, _ctx, _raises, _values
+
+SHAPES = ((5, 37), (1000,))  # 185 and 1000 elements: neither a multiple of the blocks
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _torch_reference(op, tensor, *args, **kwargs):
+    """``op`` of torch.distributed on a CPU copy (gloo), returned as a CPU tensor."""
+    copy = tensor.detach().cpu().clone()
+    op(copy, *args, **kwargs)
+    return copy
+
+
+def _sum_in_rank_order(world, call, shape, dtype, ranks=None):
+    """What our reductions compute: float32 sums in rank order, rounded once."""
+    total = torch.zeros(shape, dtype=torch.float32)
+    for r in ranks if ranks is not None else range(world):
+        total += _values(r, call, shape, dtype).float()
+    return total.to(dtype)
+
+
+def rooted_collectives(block: int) -> dict:
+    """Every rooted collective, every variant the CPU has, both spellings, every root, two shapes and dtypes,
+    twice each (the second call replays), checked bit for bit."""
+    ctx = _ctx()
+    rank, world = ctx.cur_rank, ctx.num_ranks
+    calls = 0
+    for shape in SHAPES:
+        for dtype in DTYPES:
+            for root in range(world):
+                for variant in ("push",):
+                    config = Config(broadcast_variant=variant, block_size=block)
+                    mine = ctx.zeros(*shape, dtype=dtype)
+                    out = ctx.zeros(*shape, dtype=dtype)
+                    for _ in range(2):
+                        calls += 1
+                        mine.copy_(_values(rank, calls, shape, dtype))
+                        expected = _values(root, calls, shape, dtype)
+                        if dtype == torch.float32:  # against torch.distributed's own broadcast
+                            expected = _torch_reference(dist.broadcast, mine, src=root)
+                        out.fill_(-1)
+                        ctx.ccl.broadcast(out, mine, src=root, config=config)
+                        _check_equal(f"broadcast(out, inp, src={root}) {dtype} {shape}", out, expected)
+                        _check_equal("broadcast leaves its input", mine, _values(rank, calls, shape, dtype))
+                        ctx.ccl.broadcast(mine, src=root, config=config)
+                        _check_equal(f"broadcast(tensor, src={root}) {dtype} {shape}", mine, expected)
+
+                    rows = (shape[0] * world, *shape[1:])
+                    gathered = ctx.zeros(*rows, dtype=dtype)
+                    chunk = ctx.zeros(*shape, dtype=dtype)
+                    for _ in range(2):
+                        calls += 1
+                        chunk.copy_(_values(rank, calls, shape, dtype))
+                        gathered.fill_(-1)
+                        ctx.ccl.gather(gathered, chunk, dst=root, config=config)
+                        if rank == root:
+                            expected = torch.cat([_values(r, calls, shape, dtype) for r in range(world)])
+                            _check_equal(f"gather(dst={root}) {dtype} {shape}", gathered, expected)
+                        else:
+                            _check_equal("gather leaves a leaf's output", gathered, torch.full(rows, -1, dtype=dtype))
+                    for _ in range(2):
+                        calls += 1
+                        source = ctx.zeros(*rows, dtype=dtype)
+                        source.copy_(_values(rank, calls, rows, dtype))
+                        chunk.fill_(-1)
+                        ctx.ccl.scatter(chunk, source, src=root, config=config)
+                        expected = _values(root, calls, rows, dtype).view(world, -1)[rank].view(shape)
+                        _check_equal(f"scatter(src={root}) {dtype} {shape}", chunk, expected)
+
+                for variant in ("push", "two_shot"):
+                    config = Config(reduce_variant=variant, block_size=block)
+                    inp = ctx.zeros(*shape, dtype=dtype)
+                    out = ctx.zeros(*shape, dtype=dtype)
+                    for _ in range(3):  # push's inbox halves: the third call writes the first's again
+                        calls += 1
+                        inp.copy_(_values(rank, calls, shape, dtype))
+                        out.fill_(-1)
+                        ctx.ccl.reduce(out, inp, root=root, config=config)
+                        expected = _sum_in_rank_order(world, calls, shape, dtype)
+                        if rank == root:
+                            _check_equal(f"reduce {variant} (root={root}) {dtype} {shape}", out, expected)
+                        else:
+                            _check_equal("reduce leaves a leaf's output", out, torch.full(shape, -1, dtype=dtype))
+                        _check_equal("reduce leaves its input", inp, _values(rank, calls, shape, dtype))
+                        ctx.ccl.reduce(inp, dst=root, config=config)  # in place
+                        if rank == root:
+                            _check_equal(f"reduce(tensor, dst={root}) {variant}", inp, expected)
+    # The size rule's choices, the root given by position.
+    t = ctx.full((64,), float(rank + 1))
+    ctx.ccl.reduce(t, 0)  # the root by position, as upstream's methods take it
+    if rank == 0:
+        _check_equal("reduce by position", t, torch.full((64,), float(world * (world + 1) // 2)))
+    ctx.ccl.broadcast(t, src=world - 1)
+    _check_equal("broadcast by size rule", t, torch.full((64,), float(world)))
+    return {"calls": calls}
+
+
+def rooted_refusals() -> dict:
+    """Clear errors for bad calls, naming the rank."""
+    ctx = _ctx()
+    rank, world = ctx.cur_rank, ctx.num_ranks
+    t = ctx.zeros(8)
+    said = [
+        _raises(ValueError, f"src={world}", lambda: ctx.ccl.broadcast(t, src=world)),
+        _raises(ValueError, "give one", lambda: ctx.ccl.reduce(t, dst=0, root=1)),
+        _raises(TypeError, "(tensor) in place or (output, input)", lambda: ctx.ccl.broadcast()),
+        _raises(ValueError, "needs an output of shape", lambda: ctx.ccl.gather(ctx.zeros(8), t)),
+        _raises(ValueError, "needs an input of shape", lambda: ctx.ccl.scatter(t, ctx.zeros(8))),
+        _raises(ValueError, "not on the symmetric heap", lambda: ctx.ccl.broadcast(torch.zeros(8))),
+        _raises(ValueError, "reduces float32, float16 or bfloat16", lambda: ctx.ccl.reduce(ctx.zeros(8, dtype=torch.int32))),
+        _raises(NotImplementedError, "only ReduceOp.SUM", lambda: ctx.ccl.reduce(t, op=dist.ReduceOp.MAX)),
+        _raises(ValueError, "broadcast_variant", lambda: Config(broadcast_variant="tree")),
+        _raises(ValueError, "init_p2p", lambda: ctx.ccl.send(t, dst=(rank + 1) % world)),
+    ]
+    assert all(f"rank {rank}" in message for message in said[:2]), said
+    ctx.barrier()
+    return {"said": said}
+
+
+def rooted_in_groups() -> dict:
+    """On 4 ranks: two groups of two ([0, 1], [2, 3]) and a strided one ([0, 2], [1, 3]), roots given as ranks of
+    the group."""
+    ctx = _ctx()
+    rank = ctx.cur_rank
+    consecutive = [dist.new_group([0, 1]), dist.new_group([2, 3])][rank // 2]
+    strided = [dist.new_group([0, 2]), dist.new_group([1, 3])][rank % 2]
+    for group, ranks in ((consecutive, [rank // 2 * 2, rank // 2 * 2 + 1]), (strided, [rank % 2, rank % 2 + 2])):
+        t = ctx.full((100,), float(rank))
+        ctx.ccl.broadcast(t, src=1, group=group)  # the group's second member
+        _check_equal(f"broadcast in group {ranks}", t, torch.full((100,), float(ranks[1])))
+        t = ctx.full((100,), float(rank + 1))
+        ctx.ccl.reduce(t, dst=0, group=group)
+        if rank == ranks[0]:
+            _check_equal(f"reduce in group {ranks}", t, torch.full((100,), float(sum(ranks) + 2)))
+        out = ctx.zeros(200)
+        ctx.ccl.gather(out, ctx.full((100,), float(rank)), dst=1, group=group)
+        if rank == ranks[1]:
+            _check_equal(f"gather in group {ranks}", out, torch.cat([torch.full((100,), float(r)) for r in ranks]))
+        chunk = ctx.zeros(100)
+        source = ctx.arange(200, dtype=torch.float32)
+        source += 1000 * rank
+        ctx.ccl.scatter(chunk, source, src=0, group=group)
+        expected = torch.arange(200, dtype=torch.float32).view(2, -1)[ranks.index(rank)] + 1000 * ranks[0]
+        _check_equal(f"scatter in group {ranks}", chunk, expected)
+    ctx.barrier()
+    return {"ok": True}
+
+
+def point_to_point(block: int) -> dict:
+    """send/recv, sendrecv around the ring, every pair through batch_isend_irecv, more messages in a row than a
+    sender's slots (flow control), tensors on and off the heap, three dtypes, and the CPU's size check."""
+    ctx = _ctx()
+    rank, world = ctx.cur_rank, ctx.num_ranks
+    right, left = (rank + 1) % world, (rank - 1) % world
+    p2p = ctx.ccl.init_p2p(max_numel=3000, dtype=torch.float32, config=Config(block_size=block))
+    for dtype in (torch.float32, torch.bfloat16, torch.int32):
+        for n in (1, 100, 3000):
+            mine = (torch.arange(n) + 10000 * rank).to(dtype)
+            got = torch.zeros(n, dtype=dtype)
+            ctx.ccl.sendrecv(mine, got, dst=right, src=left)
+            _check_equal(f"sendrecv {n} {dtype}", got, (torch.arange(n) + 10000 * left).to(dtype))
+    # five messages each way in a row before receiving any: the third waits until the receiver took the first
+    if rank in (0, 1):
+        peer = 1 - rank
+        sent = [torch.full((2000,), float(100 * rank + i)) for i in range(5)]
+        received = [torch.zeros(2000) for _ in range(5)]
+        works = ctx.ccl.batch_isend_irecv([P2POp(isend, t, peer) for t in sent[:2]]
+                                          + [P2POp(irecv, t, peer) for t in received[:2]])
+        assert all(w.wait() for w in works)
+        for i in range(2, 5):
+            ctx.ccl.send(sent[i], dst=peer, p2p_state=p2p)
+            ctx.ccl.recv(received[i], src=peer, p2p_state=p2p)
+        for i in range(5):
+            _check_equal(f"message {i} from rank {peer}", received[i], torch.full((2000,), float(100 * peer + i)))
+    # every pair at once, heap tensors
+    ops, inboxes = [], {}
+    for peer in range(world):
+        if peer != rank:
+            inboxes[peer] = ctx.zeros(64)
+            ops += [P2POp(irecv, inboxes[peer], peer), P2POp(isend, ctx.full((64,), float(rank * 100 + peer)), peer)]
+    for work in ctx.ccl.batch_isend_irecv(ops):
+        work.wait()
+    for peer, box in inboxes.items():
+        _check_equal(f"all pairs from {peer}", box, torch.full((64,), float(peer * 100 + rank)))
+    # a receive into a tensor of another size than the message: a clear error on the CPU
+    said = ""
+    if rank in (0, 1):
+        if rank == 0:
+            ctx.ccl.send(torch.ones(10), dst=1)
+        else:
+            said = _raises(ValueError, "got a message of 40 bytes into a tensor of 80 bytes",
+                           lambda: ctx.ccl.recv(torch.zeros(20), src=0))
+        said += _raises(ValueError, "call init_p2p with a larger max_numel",
+                        lambda: ctx.ccl.send(torch.zeros(3001), dst=1 - rank))
+        said += _raises(ValueError, "is this rank itself", lambda: ctx.ccl.send(torch.zeros(3), dst=rank))
+    ctx.barrier()
+    return {"said": said}
