@@ -12,7 +12,8 @@ what an all-gather needs shows it before any GPU. Modules, one idea each:
 * :mod:`.matrix`: :class:`TrafficMatrix`, every rank's traffic, ``bytes[issuing rank, heap rank, kind]``,
   as text and HTML, with :meth:`~TrafficMatrix.with_minimum`; :meth:`TrafficMatrix.from_trace` for a trace;
 * :mod:`.from_trace`: how trace events become bytes;
-* :mod:`.minimum`: what all-gather, all-reduce, reduce-scatter and all-to-all must move.
+* :mod:`.minimum`: what each collective (all-gather, all-reduce, reduce-scatter, all-to-all, broadcast, reduce,
+  gather, scatter) and a send must move.
 
 This package imports nothing of the workbench, ipyparallel or ipywidgets.
 

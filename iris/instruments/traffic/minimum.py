@@ -1,4 +1,4 @@
-"""The bytes common collectives must move between ranks: ``(world, world)`` matrices, ``need[a, b]`` the bytes
+"""The bytes the collectives must move between ranks: ``(world, world)`` matrices, ``need[a, b]`` the bytes
 that must cross from rank a to rank b (the diagonal is 0: nothing needs to cross to stay home).
 
 Pass one to :meth:`iris.instruments.traffic.TrafficMatrix.with_minimum`; its
@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 ALL_REDUCE_ALGORITHMS = ("lower_bound", "one_shot")
+REDUCE_ALGORITHMS = ("lower_bound", "direct")
 
 
 def _between_every_pair(nbytes: int, world: int) -> np.ndarray:
@@ -89,3 +90,92 @@ def all_reduce(nbytes: int, world: int, algorithm: str = "lower_bound") -> np.nd
     if algorithm == "one_shot":
         return _between_every_pair(_share(nbytes, 1, "nbytes"), world)
     return _between_every_pair(2 * _share(nbytes, world, "nbytes"), world)
+
+
+def _from_root(nbytes: int, world: int, root: int, what: str) -> np.ndarray:
+    _check_rank(root, world, "root")
+    need = np.zeros((world, world), dtype=np.int64)
+    need[root, :] = _share(nbytes, 1, what)
+    need[root, root] = 0
+    return need
+
+
+def _check_rank(rank: int, world: int, name: str) -> None:
+    if world < 1:
+        raise ValueError(f"world: at least 1 rank, got {world}")
+    if not 0 <= rank < world:
+        raise ValueError(f"{name}={rank}: a rank from 0 to {world - 1}")
+
+
+def broadcast(nbytes: int, world: int, root: int = 0) -> np.ndarray:
+    """The root's ``nbytes`` must reach every other rank: ``need[root, b] = nbytes``. (A tree or a pipeline may
+    relay through other ranks, moving as much in all but less out of the root; this is what a root sending to every
+    rank moves, our kernels' algorithm.)
+
+    Examples
+    --------
+    >>> broadcast(8, 3, root=1).tolist()
+    [[0, 0, 0], [8, 0, 8], [0, 0, 0]]
+    """
+    return _from_root(nbytes, world, root, "nbytes")
+
+
+def scatter(bytes_per_rank: int, world: int, root: int = 0) -> np.ndarray:
+    """Chunk b of the root's input (``bytes_per_rank``, the size of one rank's output) must reach rank b.
+
+    Examples
+    --------
+    >>> scatter(16, 2).tolist()
+    [[0, 16], [0, 0]]
+    """
+    return _from_root(bytes_per_rank, world, root, "bytes_per_rank")
+
+
+def gather(bytes_per_rank: int, world: int, root: int = 0) -> np.ndarray:
+    """Every rank's ``bytes_per_rank`` input must reach the root: ``need[a, root] = bytes_per_rank``.
+
+    Examples
+    --------
+    >>> gather(16, 3, root=2).tolist()
+    [[0, 0, 16], [0, 0, 16], [0, 0, 0]]
+    """
+    return scatter(bytes_per_rank, world, root).T.copy()
+
+
+def reduce(nbytes: int, world: int, root: int = 0, algorithm: str = "lower_bound") -> np.ndarray:
+    """Every rank holds ``nbytes``; the root ends with the sum.
+
+    ``algorithm="lower_bound"`` (default): a reduce-scatter, then every rank's summed chunk to the root, ``nbytes /
+    world`` from each rank to each other plus as much again into the root (the root receives ``(world - 1) / world
+    * nbytes`` twice: no rank receives more; the two_shot variant's traffic); ``"direct"``: every rank's whole input
+    to the root (``need[a, root] = nbytes``), the push variant's, the fastest for small messages.
+
+    Examples
+    --------
+    >>> reduce(64, 2).tolist(), reduce(64, 2, algorithm="direct").tolist()
+    ([[0, 32], [64, 0]], [[0, 0], [64, 0]])
+    """
+    if algorithm not in REDUCE_ALGORITHMS:
+        raise ValueError(f"algorithm={algorithm!r}: use one of {', '.join(map(repr, REDUCE_ALGORITHMS))}")
+    if algorithm == "direct":
+        return gather(nbytes, world, root)
+    need = reduce_scatter(nbytes, world)
+    need[:, root] += need[:, root]
+    need[root, root] = 0
+    return need
+
+
+def send(nbytes: int, world: int, src: int, dst: int) -> np.ndarray:
+    """One message of ``nbytes`` from ``src`` to ``dst``: ``need[src, dst] = nbytes``.
+
+    Examples
+    --------
+    >>> send(32, 2, src=0, dst=1).tolist()
+    [[0, 32], [0, 0]]
+    """
+    _check_rank(src, world, "src")
+    _check_rank(dst, world, "dst")
+    need = np.zeros((world, world), dtype=np.int64)
+    if src != dst:
+        need[src, dst] = _share(nbytes, 1, "nbytes")
+    return need
