@@ -15,6 +15,7 @@ from .rank_cases_ccl import BACKEND, _check_equal, _ctx, _raises, _values
 
 SHAPES = ((5, 37), (1000,))  # 185 and 1000 elements: neither a multiple of the blocks
 DTYPES = (torch.float32, torch.bfloat16)
+ROOTED_VARIANTS = ("push", "copy_engines") if BACKEND == "cuda" else ("push",)  # copy engines: GPUs only
 
 
 def _torch_reference(op, tensor, *args, **kwargs):
@@ -32,16 +33,16 @@ def _sum_in_rank_order(world, call, shape, dtype, ranks=None):
     return total.to(dtype)
 
 
-def rooted_collectives(block: int) -> dict:
-    """Every rooted collective, every variant the CPU has, both spellings, every root, two shapes and dtypes,
+def rooted_collectives(block: int | None, shapes=SHAPES) -> dict:
+    """Every rooted collective, every variant the backend has, both spellings, every root, each shape in two dtypes,
     twice each (the second call replays), checked bit for bit."""
     ctx = _ctx()
     rank, world = ctx.cur_rank, ctx.num_ranks
     calls = 0
-    for shape in SHAPES:
+    for shape in map(tuple, shapes):
         for dtype in DTYPES:
             for root in range(world):
-                for variant in ("push",):
+                for variant in ROOTED_VARIANTS:
                     config = Config(broadcast_variant=variant, block_size=block)
                     mine = ctx.zeros(*shape, dtype=dtype)
                     out = ctx.zeros(*shape, dtype=dtype)
@@ -163,20 +164,20 @@ def point_to_point(block: int) -> dict:
     """send/recv, sendrecv around the ring, every pair through batch_isend_irecv, more messages in a row than a
     sender's slots (flow control), tensors on and off the heap, three dtypes, and the CPU's size check."""
     ctx = _ctx()
-    rank, world = ctx.cur_rank, ctx.num_ranks
+    rank, world, dev = ctx.cur_rank, ctx.num_ranks, ctx.device
     right, left = (rank + 1) % world, (rank - 1) % world
     p2p = ctx.ccl.init_p2p(max_numel=3000, dtype=torch.float32, config=Config(block_size=block))
     for dtype in (torch.float32, torch.bfloat16, torch.int32):
         for n in (1, 100, 3000):
-            mine = (torch.arange(n) + 10000 * rank).to(dtype)
-            got = torch.zeros(n, dtype=dtype)
+            mine = (torch.arange(n) + 10000 * rank).to(dtype).to(dev)
+            got = torch.zeros(n, dtype=dtype, device=dev)
             ctx.ccl.sendrecv(mine, got, dst=right, src=left)
             _check_equal(f"sendrecv {n} {dtype}", got, (torch.arange(n) + 10000 * left).to(dtype))
     # five messages each way in a row before receiving any: the third waits until the receiver took the first
     if rank in (0, 1):
         peer = 1 - rank
-        sent = [torch.full((2000,), float(100 * rank + i)) for i in range(5)]
-        received = [torch.zeros(2000) for _ in range(5)]
+        sent = [torch.full((2000,), float(100 * rank + i), device=dev) for i in range(5)]
+        received = [torch.zeros(2000, device=dev) for _ in range(5)]
         works = ctx.ccl.batch_isend_irecv([P2POp(isend, t, peer) for t in sent[:2]]
                                           + [P2POp(irecv, t, peer) for t in received[:2]])
         assert all(w.wait() for w in works)
@@ -198,13 +199,70 @@ def point_to_point(block: int) -> dict:
     # a receive into a tensor of another size than the message: a clear error on the CPU
     said = ""
     if rank in (0, 1):
-        if rank == 0:
+        if BACKEND == "cpu" and rank == 0:
             ctx.ccl.send(torch.ones(10), dst=1)
-        else:
+        elif BACKEND == "cpu":
             said = _raises(ValueError, "got a message of 40 bytes into a tensor of 80 bytes",
                            lambda: ctx.ccl.recv(torch.zeros(20), src=0))
         said += _raises(ValueError, "call init_p2p with a larger max_numel",
-                        lambda: ctx.ccl.send(torch.zeros(3001), dst=1 - rank))
-        said += _raises(ValueError, "is this rank itself", lambda: ctx.ccl.send(torch.zeros(3), dst=rank))
+                        lambda: ctx.ccl.send(torch.zeros(3001, device=dev), dst=1 - rank))
+        said += _raises(ValueError, "is this rank itself", lambda: ctx.ccl.send(torch.zeros(3, device=dev), dst=rank))
+        said += _raises(ValueError, "this rank's kernels run on", lambda: ctx.ccl.send(torch.zeros(3, device="meta"),
+                                                                                       dst=1 - rank))
     ctx.barrier()
     return {"said": said}
+
+
+def rooted_graph_capture(numel: int) -> dict:
+    """GPU only: broadcast, reduce (both variants), gather, scatter and a ring of sendrecv captured in one CUDA
+    graph; three replays, each with new inputs, each checked (flags and message counters live on the device)."""
+    ctx = _ctx()
+    rank, world = ctx.cur_rank, ctx.num_ranks
+    right, left = (rank + 1) % world, (rank - 1) % world
+    inp = ctx.zeros(numel)
+    outs = {name: ctx.zeros(numel) for name in ("broadcast", "push", "two_shot", "scatter")}
+    gathered, chunks = ctx.zeros(world * numel), ctx.zeros(world * numel)
+    ring_in, ring_out = torch.zeros(numel, device=ctx.device), torch.zeros(numel, device=ctx.device)
+    ctx.ccl.init_p2p(max_numel=numel, dtype=torch.float32)
+
+    def step():
+        ctx.ccl.broadcast(outs["broadcast"], inp, src=world - 1)
+        for variant in ("push", "two_shot"):
+            ctx.ccl.reduce(outs[variant], inp, root=0, config=Config(reduce_variant=variant))
+        ctx.ccl.gather(gathered, inp, dst=0)
+        ctx.ccl.scatter(outs["scatter"], chunks, src=0)
+        ctx.ccl.sendrecv(ring_in, ring_out, dst=right, src=left)
+
+    def values(call, r):
+        return _values(r, call, (numel,), torch.float32).to(ctx.device)
+
+    def fill(call):
+        inp.copy_(values(call, rank))
+        chunks.copy_(torch.cat([values(call, r) + 1000 * r for r in range(world)]) if rank == 0 else chunks)
+        ring_in.copy_(values(call, rank) * 2)
+
+    fill(0)
+    step()  # workspaces and compiled kernels, outside the capture
+    torch.cuda.synchronize()
+    ctx.barrier()
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        step()
+    for call in range(1, 4):
+        fill(call)
+        torch.cuda.synchronize()
+        ctx.barrier()  # every rank's inputs are in place before any replay reads them
+        graph.replay()
+        torch.cuda.synchronize()
+        ctx.barrier()
+        _check_equal(f"replay {call} broadcast", outs["broadcast"].cpu(), values(call, world - 1).cpu())
+        if rank == 0:
+            total = _sum_in_rank_order(world, call, (numel,), torch.float32)
+            for variant in ("push", "two_shot"):
+                _check_equal(f"replay {call} reduce {variant}", outs[variant].cpu(), total)
+            _check_equal(f"replay {call} gather", gathered.cpu(),
+                         torch.cat([_values(r, call, (numel,), torch.float32) for r in range(world)]))
+        _check_equal(f"replay {call} scatter", outs["scatter"].cpu(), (values(call, rank) + 1000 * rank).cpu())
+        _check_equal(f"replay {call} sendrecv", ring_out.cpu(), (values(call, left) * 2).cpu())
+    return {"replays": 3}
