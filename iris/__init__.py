@@ -34,6 +34,7 @@ _activate_interpreter_if_cpu()
 # ccl and ops (the library), runtime (the host API), bench and perf; upstream's names live in one room, upstream.
 from . import bench, ccl, instruments, language, ops, perf, runtime, upstream  # noqa: E402
 from .base import launch_options as _launch_options  # noqa: E402
+from .base import module_paths as _module_paths  # noqa: E402
 from .base.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # noqa: E402
 from .heap import AllocationDivergence  # noqa: E402
 from .instruments import checking, tracing, traffic  # noqa: E402  (iris.traffic... as the lessons spell them)
@@ -64,6 +65,20 @@ from .language.tiles import AllReduceConfig, TensorView, Tile, TileView, make_te
 from .runtime.context import GluonContext, Iris, TritonContext, iris  # noqa: E402
 from .runtime.timing import do_bench  # noqa: E402
 
+# The short paths the lessons and docs use, as module paths too (``import iris.traffic``, ``from iris.tracing.timeline
+# import Timeline``): each the module object of its layer's path, submodules included (iris.base.module_paths).
+SHORT_PATHS = {
+    "iris.tracing": "iris.instruments.tracing",
+    "iris.traffic": "iris.instruments.traffic",
+    "iris.checking": "iris.instruments.checking",
+    "iris.stepping": "iris.instruments.stepping",
+    "iris.flags": "iris.language.flags",
+    "iris.tiles": "iris.language.tiles",
+    "iris.topology": "iris.heap.topology",
+}
+_module_paths.install(SHORT_PATHS)
+from .heap import topology  # noqa: E402  (ctx.topology's classes: iris.topology.TopologyMap)
+
 upstream.install()  # upstream's module paths (iris.hip, iris.gluon, iris.host.iris, iris.device.utils, ...)
 from .upstream.hip import get_device_id_for_rank  # noqa: E402
 
@@ -74,7 +89,8 @@ _warp_width.install()  # Gluon layouts for AMD's 64-wide warps compiled for NVID
 __all__ = [
     "DEBUG", "ERROR", "INFO", "WARNING", "AllocationDivergence", "Iris", "ccl", "iris", "logger", "ops",
     "set_logger_level", "tensor_creation", "TraceEvent", "Race", "RaceWarning", "do_bench", "hip", "experimental",
-    "get_device_id_for_rank", "bench", "traffic", "perf", "checking", "tracing", "flags", "tiles",
+    "get_device_id_for_rank", "bench", "traffic", "perf", "checking", "tracing", "flags", "tiles", "topology",
+    "SHORT_PATHS",
     # the layers of our own (docs/architecture.md); upstream's paths are installed by iris.upstream
     "instruments", "language", "runtime",
     # device API (iris.language.core); the Gluon context is iris.gluon.IrisDeviceCtx; upstream's names for the two
