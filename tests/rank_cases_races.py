@@ -14,6 +14,7 @@ import torch
 
 import iris
 from iris.ccl import Config
+from iris.language import sync
 
 from . import race_kernels as k
 
@@ -340,3 +341,41 @@ def correct_corpus():
 
 def triton_cdiv(a, b):
     return (a + b - 1) // b
+
+
+# ============================================================================ the rooted collectives and p2p
+
+def _rooted_and_p2p(ctx, rank, world):
+    """broadcast, scatter, gather, reduce (both variants) and point-to-point around the ring, three calls each; what a
+    root gathered or reduced is read by the next collective's kernel (what each protocol's closing signal orders)."""
+    n = 40
+    small = Config(block_size=16)
+    mine = ctx.zeros(n, name="mine")
+    mine.fill_(rank + 1)
+    broadcast_out = ctx.zeros(n, name="broadcast_out")
+    scatter_in, scatter_out = ctx.zeros(world * n, name="scatter_in"), ctx.zeros(n, name="scatter_out")
+    gather_out = ctx.zeros(world * n, name="gather_out")
+    reduced = {v: ctx.zeros(n, name=f"reduce_{v}") for v in ("push", "two_shot")}
+    ctx.ccl.init_p2p(max_numel=n, dtype=torch.float32, config=small)
+    ring_out = torch.zeros(n)
+    ctx.barrier()
+    for call in range(3):
+        root = call % world
+        ctx.ccl.broadcast(broadcast_out, mine, src=root, config=small)
+        ctx.ccl.scatter(scatter_out, scatter_in, src=root, config=small)
+        ctx.ccl.gather(gather_out, mine, dst=root, config=small)
+        ctx.ccl.scatter(scatter_out, gather_out, src=root, config=small)  # the root reads what it gathered
+        for variant, out in reduced.items():
+            ctx.ccl.reduce(out, mine, root=0, config=Config(reduce_variant=variant, block_size=16))
+            ctx.ccl.broadcast(out, src=0, config=small)  # the root reads the sum
+        ctx.ccl.sendrecv(mine, ring_out, dst=(rank + 1) % world, src=(rank - 1) % world)
+
+
+def rooted_and_p2p_race_free():
+    """The rooted collectives and p2p, race-checked: no race (then the relaxed run of the same, which must race)."""
+    scenarios = _Scenarios()
+    scenarios.run("rooted_and_p2p", _rooted_and_p2p)
+    with sync.relaxed_signals(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", iris.RaceWarning)
+        scenarios.run("relaxed", _rooted_and_p2p)
+    return {"rank": scenarios.rank, "races": scenarios.races}

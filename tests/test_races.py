@@ -126,6 +126,19 @@ def test_correct_corpus_has_no_race(world):
     assert set(results[0]["races"]) >= {"lesson_02", "lesson_07", "collectives", "device_barrier"}
 
 
+RELAXED_NAMES = {"broadcast_out", "scatter_out", "gather_out", "reduce_two_shot", "ccl.reduce.push:0.scratch",
+                 "ccl.p2p.stage"}  # what each protocol moves: its closing or opening signal orders it
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 8])
+def test_rooted_collectives_and_p2p_race_free_and_their_relaxed_twins_named(world):
+    results = run_ranks(world, f"{CASES}:rooted_and_p2p_race_free", timeout=400)
+    clean = [race["text"] for result in results for race in result["races"]["rooted_and_p2p"]]
+    assert clean == [], "\n".join(clean)
+    named = {race["allocation"] for result in results for race in result["races"]["relaxed"]}
+    assert named == RELAXED_NAMES, named  # every protocol's data, and nothing of it races when it releases
+
+
 # -- in this process: a world of one ------------------------------------------------------------------
 
 @triton.jit

@@ -10,14 +10,50 @@ Program ``p`` of one rank only ever waits for program ``p`` of other ranks (neve
 its own launch): programs of one launch run one after another on the CPU interpreter, and on a GPU every
 program of a launch must be resident at once (grid at most the SM count).
 
+What orders the data is the release of every signal against the acquire of the wait that sees it. To show that
+the race checker (:mod:`iris.instruments.checking`) holds every protocol built on these flags to that,
+:func:`relaxed_signals` weakens the releases to relaxed under the CPU interpreter: the same collectives then race,
+and the checker names the data each one moves.
+
 Examples
 --------
 >>> epoch = tl.load(epochs + pid) + 1
 >>> exchange(ctx, flags, ARRIVED, epoch, pid, tl.num_programs(0))   # every rank's program pid is here
 """
 
+import contextlib
+import os
+
 import triton
 import triton.language as tl
+
+SIGNAL_SEM = tl.constexpr("release")  # what signals release with; relaxed_signals() weakens it
+
+
+@contextlib.contextmanager
+def relaxed_signals():
+    """Within the block, every signal of these flags is relaxed instead of release (CPU interpreter only): the
+    collectives' protocols without the ordering they rest on, for the race checker to find (tests and lesson 08).
+
+    Raises
+    ------
+    RuntimeError
+        Outside the interpreter: compiled kernels keep the semantics they were compiled with.
+
+    Examples
+    --------
+    >>> with relaxed_signals():                             # doctest: +SKIP
+    ...     ctx.ccl.broadcast(t, src=0)                     # ctx.races() names t
+    """
+    global SIGNAL_SEM
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("relaxed_signals() weakens flag signals under the CPU interpreter only (TRITON_INTERPRET=1, "
+                           "the cpu backend): a compiled kernel keeps the release it was compiled with")
+    SIGNAL_SEM = tl.constexpr("relaxed")
+    try:
+        yield
+    finally:
+        SIGNAL_SEM = tl.constexpr("release")
 
 
 @triton.jit
@@ -29,7 +65,7 @@ def flag_of(flags, slot, source, pid, num_programs, world: tl.constexpr):
 @triton.jit
 def signal(ctx, flag, epoch, rank):
     """Store ``epoch`` into ``rank``'s copy of ``flag``, after everything this program wrote before."""
-    ctx.atomic_xchg(flag, epoch, rank, sem="release", scope="sys")
+    ctx.atomic_xchg(flag, epoch, rank, sem=SIGNAL_SEM, scope="sys")
 
 
 @triton.jit
@@ -61,7 +97,7 @@ def announce(ctx, flags, slot, epoch, pid, num_programs):
     ranks = tl.where(live, lane, ctx.rank)  # spare lanes name this rank, so every address stays valid
     tl.debug_barrier()  # on a GPU: every thread's writes come before the releases
     mine = flag_of(flags, slot, ctx.rank, pid, num_programs, world) + tl.zeros_like(lane)
-    ctx.atomic_xchg(mine, epoch, ranks, mask=live, sem="release", scope="sys")
+    ctx.atomic_xchg(mine, epoch, ranks, mask=live, sem=SIGNAL_SEM, scope="sys")
 
 
 @triton.jit
