@@ -191,6 +191,39 @@ def _compile_specialised(fn, signature: dict, constexprs: dict):
     return triton.compile(source, target=SM90, options={"num_warps": 8})
 
 
+def symmetric_memory() -> dict:
+    """The kernels that translate through per-allocation tables (tests/symmetric_memory_kernels.py) compiled for sm_90:
+    per kernel, its count of global stores and atomics in the PTX (each must reach memory)."""
+    from tests import symmetric_memory_kernels as tables
+
+    kernels = {
+        "put_by_hand": (tables.put_by_hand, {"src": "*fp32", "dst": "*fp32", "dst_peers": "*i64", "n": "i32",
+                                             "target": "i32", "CUR_RANK": "constexpr", "BLOCK": "constexpr"},
+                        {"CUR_RANK": 0, "BLOCK": 256}),
+        "store_to_every_rank": (tables.store_to_every_rank, {
+            "data": "*fp32", "results": "*fp32", "results_peers": "*i64", "n": "i32", "rank": "i32",
+            "world": "constexpr", "BLOCK": "constexpr"}, {"world": 4, "BLOCK": 256}),
+        "scale_peer_functional": (tables.scale_peer_functional, {
+            "a": "*fp32", "a_peers": "*i64", "b": "*fp32", "b_peers": "*i64", "n": "i32", "peer": "i32",
+            "rank": "i32", "BLOCK": "constexpr"}, {"BLOCK": 256}),
+        "scale_peer_device_context": (tables.scale_peer_device_context, {
+            "a_context": "*i64", "a": "*fp32", "b_context": "*i64", "b": "*fp32", "n": "i32", "peer": "i32",
+            "rank": "constexpr", "world": "constexpr", "BLOCK": "constexpr"}, {"rank": 0, "world": 2, "BLOCK": 256}),
+        "scale_peer_gluon": (tables.scale_peer_gluon, {
+            "IrisDeviceCtx": "constexpr", "a_context": "*i64", "a": "*fp32", "b_context": "*i64",
+            "b": "*fp32", "n": "i32", "peer": "i32", "BLOCK": "constexpr", "WARP": "constexpr"},
+            {"IrisDeviceCtx": IrisDeviceCtx, "BLOCK": 256, "WARP": 32}),
+        "atomic_add_everywhere": (tables.atomic_add_everywhere, {
+            "counter": "*i32", "counter_peers": "*i64", "rank": "i32", "world": "constexpr"}, {"world": 2}),
+    }
+    results = {}
+    for name, (fn, signature, constexprs) in kernels.items():
+        source = (GluonASTSource if fn.is_gluon() else ASTSource)(fn=fn, signature=signature, constexprs=constexprs)
+        ptx = triton.compile(source, target=SM90, options={"num_warps": 1 if fn.is_gluon() else 4}).asm["ptx"]
+        results[name] = {"stores": ptx.count("st.global"), "atomics": ptx.count("atom.")}
+    return results
+
+
 def main() -> dict:
     with_ctx = {"IrisDeviceCtx": IrisDeviceCtx, "BLOCK": 128}
     return {
@@ -209,6 +242,7 @@ def main() -> dict:
         | {"gluon .cv": volatile_load("gluon", ".cv")},
         "tracing": tracing_cost(),
         "ccl_gluon": ccl_gluon(),
+        "symmetric_memory": symmetric_memory(),
         "volatile_load_plain": advice(portability.volatile_load_plain, {
             "src": "*fp32", "out": "*fp32", "CM": "constexpr", "BLOCK": "constexpr"},
             {"CM": ".cg", "BLOCK": portability.BLOCK}),

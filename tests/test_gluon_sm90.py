@@ -101,3 +101,16 @@ def test_gluon_collectives_compile_to_the_memory_instructions_of_their_triton_tw
             assert gluon["memory"] == triton["memory"], (name, dtype, gluon["memory"], triton["memory"])
             assert gluon["memory"]["ld.global.v4.b32"] > 0 and gluon["memory"]["st.global.v4.b32"] > 0
             assert abs(gluon["ptx_lines"] - triton["ptx_lines"]) <= 0.05 * triton["ptx_lines"], (name, dtype)
+
+
+def test_kernels_over_per_allocation_tables_compile(sm90):
+    # ctx.allocate_symmetric's and torch symmetric memory's tables under every spelling of the device API (the GPU
+    # runs them: tests/gpu/test_symmetric_memory_cuda.py): each kernel keeps its remote stores and atomics
+    compiled = sm90["symmetric_memory"]
+    assert set(compiled) == {"put_by_hand", "store_to_every_rank", "scale_peer_functional",
+                             "scale_peer_device_context", "scale_peer_gluon", "atomic_add_everywhere"}
+    for name, counts in compiled.items():
+        if name == "atomic_add_everywhere":
+            assert counts["atomics"] >= 2, counts  # one per target rank (world=2, unrolled)
+        else:
+            assert counts["stores"] >= 1, (name, counts)

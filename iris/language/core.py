@@ -58,8 +58,8 @@ _SIZE_BEFORE_BASES = tl.constexpr(-1)
 
 OUT_OF_HEAP = "iris debug: pointer outside the symmetric heap it is translated from"
 _OUT_OF_HEAP = tl.constexpr(OUT_OF_HEAP)  # jit code reads only constexpr globals
-UNMAPPED = ("iris debug: pointer translated to a rank whose heap this rank does not map (another host); "
-            "ctx.topology.explain(rank, peer) says what connects them")
+UNMAPPED = ("iris debug: pointer translated to a rank whose heap this rank does not map (another host, or a peer "
+            "a provider's table marks not direct); ctx.topology.explain(rank, peer) says what connects them")
 _UNMAPPED = tl.constexpr(UNMAPPED)
 _UNMAPPED_BASE = tl.constexpr(UNMAPPED_BASE)
 _WRONG_RANK = tl.constexpr(
@@ -237,7 +237,10 @@ def translate(ptr, from_rank, to_rank, heap_bases, hint: tl.constexpr = None, ma
     from_rank, to_rank : int or scalar tensor
         Ranks whose heaps the pointer is translated from and to.
     heap_bases : pointer to int64
-        ``ctx.get_heap_bases()`` (or ``context_tensor + 2`` from the device context).
+        ``ctx.get_heap_bases()`` (or ``context_tensor + 2`` from the device context), or any table of every rank's
+        address of one allocation (``ctx.allocate_symmetric``'s ``peer_bases``, a provider's:
+        :mod:`iris.runtime.symmetric_memory`). Debug mode reads the size to check against at
+        ``heap_bases[heap_size_index]``: the tables iris makes carry it there.
     hint : constexpr int or tuple, optional
         Divisibility and contiguity of the translated block (e.g. 16, or ``(1, BLOCK_N)`` in 2-D),
         applied with ``tl.multiple_of`` then ``tl.max_contiguous``.
@@ -262,7 +265,8 @@ def translate(ptr, from_rank, to_rank, heap_bases, hint: tl.constexpr = None, ma
     if _debug_checks_on():
         heap_size = tl.load(heap_bases + heap_size_index)
         tl.device_assert((offset >= 0) & (offset < heap_size), _OUT_OF_HEAP, mask=mask)
-        tl.device_assert(base != _UNMAPPED_BASE, _UNMAPPED, mask=mask)
+        # UNMAPPED_BASE in the heap's tables, 0 in a provider's (torch's: iris.runtime.symmetric_memory)
+        tl.device_assert((base != _UNMAPPED_BASE) & (base != 0), _UNMAPPED, mask=mask)
     remote = (base + offset).to(ptr.dtype)
     if hint is not None:
         remote = tl.max_contiguous(tl.multiple_of(remote, hint), hint)

@@ -6,6 +6,8 @@
   host methods;
 * :mod:`.tensor_creation`: ``zeros``, ``ones``, ``full``, ``rand``... on the heap, with upstream's size forms;
 * :mod:`.heap_choice`: which allocator hands out a heap (chosen here, above the heaps);
+* :mod:`.symmetric_memory`: per-allocation address tables (``ctx.allocate_symmetric``, ``SymmetricAddressMap``) that
+  the device API translates with, and :mod:`.torch_symm_mem`: torch's symmetric memory as memory for it (GPUs);
 * :mod:`.timing`: ``iris.do_bench``.
 
 The context sits above the library and the instruments, since it offers them (``ctx.ccl``, ``ctx.ops``,

@@ -45,6 +45,7 @@ from ..language.gluon import IrisDeviceCtx as GluonContext  # noqa: F401  (upstr
 from ..ops.namespace import Ops
 from . import tensor_creation
 from .heap_choice import choose_allocator
+from .symmetric_memory import SymmetricAddressMap, device_context
 
 LATE_INTERPRETER = (
     "backend='cpu' here, but `import iris` chose the cuda backend (a GPU is visible and IRIS_BACKEND was not "
@@ -105,12 +106,8 @@ class Iris:
         self.heap_bases = self.heap.heap_bases
         # Tracing slots zero until ctx.tracing.enable() fills them; then the heap size, for debug checks
         # in kernels (see iris.language.core).
-        tail = [0] * (HEAP_SIZE_SLOT + 1)
-        tail[HEAP_SIZE_SLOT] = self.heap_size
-        self._device_context = torch.tensor(
-            [self.cur_rank, self.num_ranks, *device_bases(self.heap.bases)] + tail, dtype=torch.int64,
-            device=self.heap.device,
-        )
+        self._device_context = device_context(self.cur_rank, device_bases(self.heap.bases), self.heap_size,
+                                              self.heap.device)
         self.heap.on_grow.append(weakref.WeakMethod(self._heap_grew))  # a "vmem" heap grows when it must
         self.tracing = Tracing(self)  # device tracing: ctx.tracing.enable(), reset(), export()
         if self.debug_mode:
@@ -252,6 +249,56 @@ class Iris:
         """A flat uninitialised tensor of ``num_elements`` on the heap (collective), as upstream's
         ``allocate``; ``ctx.heap.allocate`` is the same."""
         return tensor_creation.allocate(self.heap, num_elements, dtype)
+
+    def allocate_symmetric(self, *size, dtype=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """An uninitialised tensor on the heap and every rank's address of it (collective), as upstream Iris's.
+
+        Returns ``(tensor, peer_bases)``: ``peer_bases`` is an int64 table on the context's device, one entry per
+        rank, ``peer_bases[r]`` where this process reaches rank r's copy of ``tensor`` (``peer_bases[cur_rank] ==
+        tensor.data_ptr()``; every entry at the tensor's offset in its rank's heap). Kernels translate with it as
+        with ``get_heap_bases()``: ``iris.store(ptr, value, rank, peer, peer_bases)``, or inline
+        (``peer_bases[peer] + (ptr - peer_bases[rank])``), for pointers into this tensor, views of it included; the
+        same kernels run on memory another provider allocated (torch's symmetric memory:
+        :class:`iris.runtime.torch_symm_mem.TorchSymmMemProvider`). Debug mode checks translated pointers against
+        this tensor's bytes (the table carries them: :mod:`iris.runtime.symmetric_memory`). A rank this one does not
+        map (another host) has :data:`iris.heap.reach.UNMAPPED_BASE` there, as in ``get_heap_bases()``.
+
+        ``size`` in any form the creation functions take (``1024``, ``(2, 3)``...); ``dtype`` None is torch's
+        default dtype.
+
+        Examples
+        --------
+        >>> dst, dst_peers = ctx.allocate_symmetric(512, dtype=torch.float32)       # doctest: +SKIP
+        >>> int(dst_peers[ctx.cur_rank]) == dst.data_ptr()                           # doctest: +SKIP
+        True
+        """
+        tensor, address_map = self.allocate_symmetric_map(*size, dtype=dtype)
+        return tensor, address_map.peer_bases
+
+    def allocate_symmetric_map(self, *size, dtype=None) -> tuple[torch.Tensor, SymmetricAddressMap]:
+        """As :meth:`allocate_symmetric`, with the whole :class:`~iris.runtime.symmetric_memory.SymmetricAddressMap`
+        (which peers are reachable, the allocation's base and bytes, a device context over it): the surface of the
+        providers (:class:`iris.runtime.torch_symm_mem.TorchSymmMemProvider`)."""
+        tensor = self.empty(*size, dtype=dtype if dtype is not None else torch.get_default_dtype())
+        return tensor, self.symmetric_address_map(tensor)
+
+    def symmetric_address_map(self, tensor: torch.Tensor) -> SymmetricAddressMap:
+        """Every rank's address of the heap allocation ``tensor`` views (not collective: the heap knows them all).
+
+        The map is anchored on the allocation, not on the view: ``allocation_base`` is where the allocation starts
+        here. A tensor not on this rank's heap is a ``ValueError`` saying why.
+
+        Examples
+        --------
+        >>> amap = ctx.symmetric_address_map(buf)                    # doctest: +SKIP
+        >>> amap.allocation_base == buf.data_ptr(), amap.all_direct()   # doctest: +SKIP
+        (True, True)
+        """
+        allocation = self.heap.find(tensor)
+        bases = [base + allocation.offset if base else 0 for base in self.heap.bases]
+        return SymmetricAddressMap.from_bases(device_bases(bases), self.cur_rank, bases[self.cur_rank],
+                                              allocation.nbytes, self.heap.device,
+                                              direct=[bool(base) for base in self.heap.bases])
 
     # Upstream's private spellings, which its tests call (ctx._Iris__allocate(n, dtype), ...).
     __allocate = allocate

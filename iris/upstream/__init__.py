@@ -56,6 +56,8 @@ UPSTREAM_MODULES = {
     "iris.tensor_creation": "iris.runtime.tensor_creation",
     "iris.iris_gluon": "iris.runtime.gluon_context",
     "iris.experimental.iris_gluon": "iris.runtime.gluon_context",
+    "iris.experimental.symmetric_memory": "iris.runtime.symmetric_memory",
+    "iris.experimental.torch_symm_mem_provider": "iris.runtime.torch_symm_mem",
     "iris.hip": "iris.upstream.hip",
     "iris.host.iris": "iris.runtime.context",
     "iris.host.platform.hip": "iris.upstream.hip",
