@@ -4,10 +4,11 @@ run inside each rank by tests/test_ccl_diff.py (CPU) and tests/gpu/test_ccl_diff
 A case is drawn from ``random.Random(f"{seed}:{world}:{number}")`` alone, so case ``number`` of a seed and world
 size is the same case whether it runs among thousands or alone (``IRIS_DIFF_CASE=world:number``). Kinds:
 
-* ``sequence``: one to three collective calls in a row (all_reduce, all_gather, reduce_scatter, all_to_all, barrier),
-  each with a random shape (odd, 0-d, empty), dtype, :class:`iris.ccl.Config` (every variant, block sizes, programs,
-  warps, tiles), route (``ctx.ccl`` or the function with its workspace passed back), in place or not, async or not,
-  and repeated with new inputs in the same tensors (the second call takes :mod:`iris.ccl.fast_path`'s replay);
+* ``sequence``: one to three collective calls in a row (all_reduce, all_gather, reduce_scatter, all_to_all, broadcast,
+  reduce, gather, scatter, sendrecv around a ring or to a drawn peer, barrier), each with a random shape (odd, 0-d,
+  empty), dtype, :class:`iris.ccl.Config` (every variant, block sizes, programs, warps, tiles), root, route
+  (``ctx.ccl`` or the function with its workspace passed back), in place or not, async or not, and repeated with new
+  inputs in the same tensors (the second call takes :mod:`iris.ccl.fast_path`'s replay);
 * ``ops``: one ``ctx.ops`` op on every path (sequential, chunked with random pieces and growth, auto, a named
   all-reduce variant), with and without a bias that differs between ranks, out on the heap or not, called twice;
 * ``refusal``: what must be refused (a reduction of an integer dtype, an op other than SUM), refused alike everywhere.
@@ -32,7 +33,8 @@ import torch
 import torch.distributed as dist
 
 import iris
-from iris.ccl import ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, Config, ReduceOp, owned_range
+from iris.ccl import (ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, BROADCAST_VARIANTS, REDUCE_VARIANTS,
+                      Config, ReduceOp, owned_range)
 from iris.ccl.all_reduce import IN_PLACE_VARIANTS
 from iris.ccl.config import REDUCE_SCATTER_VARIANTS, UPSTREAM_ALL_GATHER_VARIANTS
 from iris.ops import FusedConfig
@@ -49,7 +51,9 @@ MAX_STEPS = 12  # most blocks (or tiles) a drawn config cuts a tensor into
 # Past 4 MiB (one_shot's and push's limit) for 4-byte dtypes, so that the size rule picks another algorithm: on GPUs
 # only, where it takes milliseconds; the interpreter would take a minute, so there the case is a smaller one.
 LARGE = (1 << 20) + 17 if BACKEND == "cuda" else 4517
-SENTINEL = 77  # what reduce_scatter must leave outside this rank's chunk
+SENTINEL = 77  # what reduce_scatter must leave outside this rank's chunk, and a rooted collective a leaf's output
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
+P2P_NUMEL = max(LARGE, 4500, 40 * 70)  # the largest message a drawn shape makes
 EVERY = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 REFUSALS = {"integer_reduce": ("all_reduce", "reduce_scatter"), "product": ("all_reduce", "reduce_scatter"),
             "non_contiguous": EVERY, "off_heap": EVERY, "ring_in_place": ("all_reduce",)}
@@ -97,7 +101,7 @@ def _draw_shape(rng, collective: str, world: int) -> list:
     if collective == "all_to_all":
         return [rng.choice((0, 1, 3, 7, 33, 65)), world * rng.choice((0, 1, 5, 16, 17, 40))]
     form = rng.choices(("flat", "matrix", "scalar", "empty", "large"), weights=(40, 44, 5, 10, 1))[0]
-    if form == "scalar" and collective != "all_gather":
+    if form == "scalar" and collective not in ("all_gather", "broadcast", "sendrecv"):
         form = "flat"  # all_gather of a 0-d input is tested; the reductions' 0-d shape is the flat 1-element one
     if form == "scalar":
         return []
@@ -142,18 +146,29 @@ def _draw_config(rng, collective: str, shape: list, world: int) -> dict | None:
                  if -(-m // bm) * -(-n // bn) <= MAX_STEPS]
         config["block_size_m"], config["block_size_n"] = rng.choice(tiles)
         config["all_to_all_variant"] = rng.choice((None, *ALL_TO_ALL_VARIANTS))
+    elif collective in ("broadcast", "gather", "scatter"):
+        config["broadcast_variant"] = rng.choice((None, *BROADCAST_VARIANTS))
+    elif collective == "reduce":
+        config["reduce_variant"] = rng.choice((None, *REDUCE_VARIANTS))
     return config
 
 
 def _draw_call(rng, world: int) -> dict:
-    collective = rng.choices(("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier"),
-                             weights=(35, 25, 15, 15, 10))[0]
+    collective = rng.choices(("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+                              "gather", "scatter", "sendrecv", "barrier"),
+                             weights=(28, 18, 12, 12, 8, 8, 6, 6, 8, 8))[0]
     if collective == "barrier":
         return {"collective": "barrier", "route": rng.choice(("ccl", "function", "device_barrier"))}
-    reduce = collective in ("all_reduce", "reduce_scatter")
+    reduce = collective in ("all_reduce", "reduce_scatter", "reduce")
     shape = _draw_shape(rng, collective, world)
+    if collective == "sendrecv":  # to the next rank (a ring) or a drawn distance away
+        return {"collective": collective, "shape": shape, "values": rng.choice(("ints", "randn")),
+                "dtype": str(rng.choice(MOVE_DTYPES)).removeprefix("torch."), "route": rng.choice(("ccl", "function")),
+                "step": rng.choice((1, rng.randrange(1, world))), "on_heap": rng.random() < 0.5,
+                "repeat": rng.choice((1, 1, 2, 3)), "async_op": rng.random() < 0.5, "in_place": False}
     config = _draw_config(rng, collective, shape, world)
     variant = (config or {}).get("all_reduce_variant")
+    in_place = {"all_to_all": False, "gather": False, "scatter": False}.get(collective, True)
     return {
         "collective": collective,
         "shape": shape,
@@ -161,9 +176,11 @@ def _draw_call(rng, world: int) -> dict:
         "values": rng.choice(("ints", "randn")),
         "config": config,
         "route": rng.choice(("ccl", "function")),
-        "in_place": collective != "all_to_all" and variant in (None, *IN_PLACE_VARIANTS) and rng.random() < 0.3,
+        "in_place": in_place and variant in (None, *IN_PLACE_VARIANTS) and rng.random() < 0.3,
         "async_op": rng.random() < 0.25,
         "repeat": rng.choice((1, 1, 2)),
+        "root": rng.randrange(world) if collective in ROOTED else None,
+        "root_word": rng.choice(("dst", "root")) if collective == "reduce" else None,
     }
 
 
@@ -191,6 +208,7 @@ class Runner:
         self.device = self.ctx.get_device()
         self.gloo = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
         self.failures: list[dict] = []
+        self.ctx.ccl.init_p2p(max_numel=P2P_NUMEL, dtype=torch.float64)  # sends and receives use it by default
 
     # -- references through torch.distributed
     def gathered(self, tensor: torch.Tensor) -> list[torch.Tensor]:
@@ -292,8 +310,22 @@ def _generator(number: int, index: int, rank: int, repeat: int) -> torch.Generat
 def _call(runner, call: dict, out, inp, workspaces: dict, index: int):
     """One collective call by its route; returns what the call returned (a workspace)."""
     ctx, collective = runner.ctx, call["collective"]
+    if collective == "sendrecv":
+        return _sendrecv(runner, call, out, inp)
     config = Config(**call["config"]) if call["config"] is not None else None
     kwargs = dict(async_op=call["async_op"], config=config)
+    if collective in ROOTED:
+        word = call["root_word"] or ("src" if collective in ("broadcast", "scatter") else "dst")
+        kwargs[word] = call["root"]
+        tensors = (out,) if call["in_place"] and collective in ("broadcast", "reduce") else (out, inp)
+        if call["route"] == "ccl":
+            return getattr(ctx.ccl, collective)(*tensors, **kwargs)
+        if collective in ("broadcast", "reduce"):
+            workspace = getattr(iris.ccl, collective)(*tensors, ctx=ctx, workspace=workspaces.get(index), **kwargs)
+        else:
+            workspace = getattr(iris.ccl, collective)(out, inp, ctx, workspace=workspaces.get(index), **kwargs)
+        workspaces[index] = workspace
+        return workspace
     if call["route"] == "ccl":
         return getattr(ctx.ccl, collective)(out, inp, **kwargs)
     workspace = getattr(iris.ccl, collective)(out, inp, ctx, workspace=workspaces.get(index), **kwargs)
@@ -301,10 +333,39 @@ def _call(runner, call: dict, out, inp, workspaces: dict, index: int):
     return workspace
 
 
+def _sendrecv(runner, call: dict, out, inp):
+    """Send ``inp`` ``step`` ranks ahead, receive ``out`` from as far behind (async: the works waited for)."""
+    ctx, rank, world = runner.ctx, runner.rank, runner.world
+    dst, src = (rank + call["step"]) % world, (rank - call["step"]) % world
+    if call["route"] == "ccl" and not call["async_op"]:
+        ctx.ccl.sendrecv(inp, out, dst=dst, src=src)
+    elif call["route"] == "ccl":
+        works = [ctx.ccl.isend(inp, dst), ctx.ccl.irecv(out, src)]
+        assert all(work.wait() for work in works)
+    else:
+        ops = [iris.ccl.P2POp(iris.ccl.irecv, out, src), iris.ccl.P2POp(iris.ccl.isend, inp, dst)]
+        for work in ctx.ccl.batch_isend_irecv(ops):
+            work.wait()
+    return None
+
+
 def _expected(runner, call: dict, inputs: list[torch.Tensor], before: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """(what this rank's output must hold, whether bit for bit)."""
     collective, dtype = call["collective"], inputs[0].dtype
     rank, world = runner.rank, runner.world
+    root = call.get("root")
+    if collective == "sendrecv":
+        return inputs[(rank - call["step"]) % world], True
+    if collective == "broadcast":
+        return inputs[root], True
+    if collective == "scatter":
+        return inputs[root].reshape(world, -1)[rank].reshape(before.shape), True
+    if collective == "gather":
+        if rank != root:
+            return before, True
+        return torch.cat([x.reshape(1, *x.shape) if x.dim() == 0 else x for x in inputs]), True
+    if collective == "reduce":
+        return (rank_order_sum(inputs, dtype) if rank == root else inputs[rank] if call["in_place"] else before), True
     if collective == "all_gather":
         return torch.cat([x.reshape(1, *x.shape) if x.dim() == 0 else x for x in inputs]), True
     if collective == "all_to_all":
@@ -324,6 +385,15 @@ def _expected(runner, call: dict, inputs: list[torch.Tensor], before: torch.Tens
 def _allocate(runner, call: dict):
     """(out, inp) on the heap for ``call``; in place: the input is the output (all_gather: this rank's slice)."""
     ctx, shape, dtype = runner.ctx, tuple(call["shape"]), getattr(torch, call["dtype"])
+    rows = (runner.world * shape[0], *shape[1:]) if shape else (runner.world,)
+    if call["collective"] == "sendrecv":  # on the heap or not: either may be sent and received
+        make = ctx.zeros if call["on_heap"] else (lambda *size, dtype: torch.zeros(*size, dtype=dtype,
+                                                                                  device=runner.device))
+        return make(shape, dtype=dtype), make(shape, dtype=dtype)
+    if call["collective"] == "gather":
+        return ctx.zeros(rows, dtype=dtype), ctx.zeros(shape, dtype=dtype)
+    if call["collective"] == "scatter":
+        return ctx.zeros(shape, dtype=dtype), ctx.zeros(rows, dtype=dtype)
     if call["collective"] == "all_gather":
         out_shape = (runner.world * shape[0], *shape[1:]) if shape else (runner.world,)
         out = ctx.zeros(out_shape, dtype=dtype)
@@ -351,7 +421,7 @@ def run_sequence(runner: Runner, number: int, calls: list[dict]) -> None:
         for repeat in range(call["repeat"]):
             runner.sync()
             fresh = values(call["values"], tuple(inp.shape), dtype, _generator(number, index, rank, repeat))
-            if call["collective"] == "reduce_scatter" and not call["in_place"]:
+            if call["collective"] in ("reduce_scatter", "gather", "reduce", "sendrecv") and not call["in_place"]:
                 out.fill_(SENTINEL)
             inp.copy_(fresh.to(runner.device))
             runner.sync()
@@ -359,7 +429,7 @@ def run_sequence(runner: Runner, number: int, calls: list[dict]) -> None:
             inputs = runner.gathered(fresh)
             where = f"call {index} ({call['collective']}) repeat {repeat}"
             workspace = _call(runner, call, out, inp, workspaces, index)
-            if call["async_op"]:
+            if call["async_op"] and workspace is not None:
                 workspace.wait()
             runner.sync()
             want, exact = _expected(runner, call, inputs, before)
