@@ -69,8 +69,8 @@ def program(tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
 
-    def run(*flags, env=None):
-        done = subprocess.run([sys.executable, str(script), "--n_warmup=1", *flags], cwd=tmp_path,
+    def run(*flags, env=None, launcher=()):
+        done = subprocess.run([sys.executable, *launcher, str(script), "--n_warmup=1", *flags], cwd=tmp_path,
                               env={**os.environ, "PYTHONPATH": str(ROOT), "PIDS": str(pids), **(env or {})},
                               capture_output=True, text=True, timeout=120)
         ranks = [int(pid.name) for pid in pids.iterdir()]
@@ -79,6 +79,7 @@ def program(tmp_path):
         # Only this run's ranks' files: the other test lane's ranks make (and unlink) theirs at the same time.
         left = heap_files_of(ranks)
         assert not left, f"heap files left in /dev/shm: {left}"
+        done.pids = ranks
         return done
 
     return run
@@ -273,3 +274,41 @@ def test_run_benchmarks_inside_existing_contexts():
         for r in results:
             assert len(r["times"]) == 3 and r["world_size"] == 2 and r["counters"] == {"peer": float(1 - rank)}
             assert r["gbps"] == pytest.approx(int(r["params"]["N"]) * 4 / 1e9 / (sum(r["times"]) / 3 * 1e-3))
+
+
+# -- under an outside launcher (upstream's #534): the process is a rank already ----------------------------------
+
+TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
+
+
+def test_main_under_torchrun_runs_in_the_launchers_ranks(program):
+    done = program("--benchmark_format=json", "--axis_N=256", launcher=TORCHRUN)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(done.pids) == 2  # torchrun's two processes ran the benchmark: no worker group was started inside
+    assert "launched as 2 ranks (WORLD_SIZE=2): num_ranks 8 not run" in done.stderr  # no_num_ranks_axis's default
+    records = json.loads(done.stdout)  # rank 0 alone prints
+    assert [(r["benchmark"], r["params"]["N"], r["params"]["dtype"]) for r in records] == [
+        ("peer_copy", "256", "float32"), ("peer_copy", "256", "float16")]
+    for record in records:
+        assert record["world_size"] == 2 and len(record["all_times_ms"]) == 4
+        _check_rates(record)
+
+
+def test_a_failure_under_torchrun_ends_the_run_and_says_where(program):
+    done = program("--benchmark_filter=peer", "--axis_N=1024", "--axis_dtype=fp32", env={"FAIL_AT": "1024"},
+                   launcher=TORCHRUN)
+    assert done.returncode != 0
+    assert ("iris.bench: benchmark 'peer_copy' failed on rank 1 of 2 at num_ranks=2, N=1024, dtype=float32: "
+            "ValueError: rank 1 refuses") in done.stderr
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_launchers_world_size_no_benchmark_runs_at_is_refused_naming_the_flag(program, rank):
+    done = program("--benchmark_filter=peer", env={"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "3"})
+    assert done.returncode == 1 and done.stdout == "" and done.pids == []  # refused before any benchmark ran
+    if rank == 0:
+        assert done.stderr.strip() == (
+            "iris.bench: launched as 3 ranks (WORLD_SIZE=3), but the selected benchmarks run at num_ranks 2: pass "
+            "--axis_num_ranks=3, or launch with a world size they run at")
+    else:
+        assert done.stderr == ""  # rank 0 says it, once

@@ -11,7 +11,9 @@ reports the mean of rank 0's timed calls, bandwidth ``bytes / time`` and TFLOP/s
 ``@bench.axis(name, values)`` decorators stack into a Cartesian product (the first written varies slowest);
 :func:`power_of_two` and :func:`linear_range` make common value lists. The ``num_ranks`` axis is special:
 :func:`main` starts one worker group (a process per rank, torchrun's environment) per value, and a
-benchmark without it runs on 8 ranks. On the CPU backend the ranks run kernels in the Triton interpreter,
+benchmark without it runs on 8 ranks; under an outside launcher (``torchrun --nproc_per_node=N prog.py``, which sets
+``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE``) the process is one rank already and :func:`main` runs the benchmarks in
+it, at the launcher's world size. On the CPU backend the ranks run kernels in the Triton interpreter,
 and the output says that its times are the interpreter's.
 
 Command line of :func:`main`: ``--benchmark_filter REGEX``, ``--benchmark_format console|json|csv``,

@@ -5,21 +5,26 @@ Flags: ``--benchmark_filter REGEX``, ``--benchmark_format {console,json,csv}``, 
 ``--axis_<name>=VALUES`` (replace its values) and ``--skip_<name>=VALUES`` (drop some), VALUES as
 :func:`iris.bench.axes.parse_axis_values` reads them (``1024,2048``, ``pow2:8:13``, ``lin:64:256:64``, ``fp16``).
 
+Run as ``python prog.py``, it starts a worker group per ``num_ranks`` value; under an outside launcher
+(``torchrun --nproc_per_node=N prog.py``) each process is a rank and the benchmarks run at that world size.
+
 Examples
 --------
 >>> python bench_all_gather.py --axis_num_ranks=2 --axis_M=1024 --benchmark_format=json   # doctest: +SKIP
+>>> torchrun --nproc_per_node=2 bench_all_gather.py --axis_M=1024                          # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 
 from .axes import NUM_RANKS, parse_axis_values
 from .output import FORMATS, format_results
 from .registry import registered
-from .runner import BenchmarkError, RunPlan, group_sizes, run_worker_group
+from .runner import BenchmarkError, RunPlan, group_sizes, launched_as_a_rank, run_in_this_process, run_worker_group
 
 GPU_HEAP_SIZE = 1 << 34  # upstream's default heap, per rank
 CPU_HEAP_SIZE = 1 << 28  # on the CPU backend: /dev/shm is often small, and the interpreter runs small problems
@@ -134,6 +139,13 @@ def main(argv: list[str] | None = None) -> None:
     raises, its group is ended, the results finished before it are printed, the error (benchmark, point,
     rank) goes to stderr and the program exits with status 1.
 
+    Started by an outside launcher (``torchrun --nproc_per_node=N prog.py``, or srun with torchrun's variables:
+    ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` set), the process is one rank already: nothing is started, the
+    benchmarks run here at the launcher's world size, and rank 0 prints (upstream Iris's #534). A world size that
+    no selected benchmark runs at ends every rank with status 1 and, from rank 0, a message naming the flag that
+    fixes it (``--axis_num_ranks=N``); rank counts other than the launcher's are left out, said once on stderr.
+    A benchmark that raises ends its rank with status 1 and the error on stderr (the launcher ends the others).
+
     Examples
     --------
     >>> if __name__ == "__main__":           # doctest: +SKIP
@@ -146,6 +158,9 @@ def main(argv: list[str] | None = None) -> None:
     sizes = group_sizes(benchmarks, plan)
     if not sizes:
         sys.exit("iris.bench: nothing to run: the filters and skips leave no benchmark and rank count")
+    if launched_as_a_rank():
+        _main_as_a_rank(benchmarks, plan, args, sizes)
+        return
     results, failure = [], None
     for num_ranks in sizes:
         try:
@@ -153,6 +168,14 @@ def main(argv: list[str] | None = None) -> None:
         except BenchmarkError as error:
             failure = error
             break  # as upstream: a failed group ends the run
+    _report(results, args, sizes)
+    if failure is not None:
+        sys.exit(f"iris.bench: {failure}")
+
+
+def _report(results, args, sizes: list[int]) -> None:
+    """Print the results in ``--benchmark_format`` (with the timing note where times are not one GPU's per rank)
+    and write them to ``--benchmark_out``."""
     output = format_results(results, args.benchmark_format)
     note = _timing_note(sizes)
     if note:
@@ -162,5 +185,24 @@ def main(argv: list[str] | None = None) -> None:
     if args.benchmark_out:
         with open(args.benchmark_out, "w") as file:
             file.write(output)
-    if failure is not None:
-        sys.exit(f"iris.bench: {failure}")
+
+
+def _main_as_a_rank(benchmarks, plan: RunPlan, args, sizes: list[int]) -> None:
+    """:func:`main` in a process an outside launcher started as one rank: run here, rank 0 reports."""
+    world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    if world_size not in sizes:
+        if rank == 0:
+            print(f"iris.bench: launched as {world_size} ranks (WORLD_SIZE={world_size}), but the selected benchmarks "
+                  f"run at num_ranks {', '.join(map(str, sizes))}: pass --axis_num_ranks={world_size}, or launch "
+                  f"with a world size they run at", file=sys.stderr)
+        sys.exit(1)
+    left_out = [size for size in sizes if size != world_size]
+    if left_out and rank == 0:
+        print(f"iris.bench: launched as {world_size} ranks (WORLD_SIZE={world_size}): num_ranks "
+              f"{', '.join(map(str, left_out))} not run (a launcher's group has one size)", file=sys.stderr)
+    try:
+        results = run_in_this_process(benchmarks, plan)
+    except BenchmarkError as error:
+        sys.exit(f"iris.bench: {error}")
+    if rank == 0:
+        _report(results, args, [world_size])

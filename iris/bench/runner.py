@@ -158,21 +158,45 @@ def _make_context(heap_size: int, use_gluon: bool):
     return gluon_context.iris(heap_size) if use_gluon else context.iris(heap_size)
 
 
+def launched_as_a_rank() -> bool:
+    """Whether an outside launcher made this process one rank of a group (torchrun, or srun with torchrun's
+    variables: ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` all set), so that :func:`iris.bench.main` runs the
+    benchmarks here instead of starting worker groups (upstream Iris's #534)."""
+    return all(name in os.environ for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+
+
+def run_in_this_process(benchmarks: list[BenchmarkDef], plan: RunPlan) -> list[Result]:
+    """Run the benchmarks as this process's rank of the group an outside launcher started (collective over it):
+    rank 0's results, [] on the other ranks. torch.distributed is initialised from torchrun's variables unless the
+    program did it already (then it is left as it was found).
+
+    Raises
+    ------
+    BenchmarkError
+        A benchmark raised on this rank (its name, point and rank are in the message).
+    """
+    return _worker(benchmarks, plan)
+
+
 def _worker(benchmarks: list[BenchmarkDef], plan: RunPlan) -> list[Result]:
-    """One rank of a worker group (started by torch's launcher with torchrun's environment); rank 0's results."""
+    """One rank of a worker group (started by torch's launcher, or by an outside one, with torchrun's
+    environment); rank 0's results."""
     import torch
     import torch.distributed as dist
 
     from ..base.backend import choose_backend
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
     collective_backend = "gloo"
     if choose_backend(None) == "cuda":
         gpus = torch.cuda.device_count()
-        torch.cuda.set_device(rank % gpus)
+        torch.cuda.set_device(local_rank % gpus)  # this host's ranks on this host's GPUs
         # NCCL refuses two ranks on one GPU; baselines such as dist.all_reduce then run over gloo.
-        collective_backend = "nccl" if world_size <= gpus else "gloo"
-    dist.init_process_group(collective_backend)
+        collective_backend = "nccl" if int(os.environ.get("LOCAL_WORLD_SIZE", world_size)) <= gpus else "gloo"
+    ours = not dist.is_initialized()
+    if ours:
+        dist.init_process_group(collective_backend)
     try:
         ctx = _make_context(plan.heap_size, plan.use_gluon)
         results = run_benchmarks(ctx, benchmarks, plan, default_num_ranks=DEFAULT_NUM_RANKS)
@@ -183,8 +207,9 @@ def _worker(benchmarks: list[BenchmarkDef], plan: RunPlan) -> list[Result]:
         raise
     finally:
         # Also when a benchmark raised: a process that exits with gloo's groups alive aborts (SIGABRT) and
-        # buries the error under a crash report.
-        dist.destroy_process_group()
+        # buries the error under a crash report. A group the program made is the program's to end.
+        if ours:
+            dist.destroy_process_group()
     return results if rank == 0 else []
 
 
