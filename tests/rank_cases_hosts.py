@@ -71,10 +71,37 @@ def collectives_across_hosts():
                           for r in range(world)], dim=1)
         _close("all_to_all", exchanged, want, dtype)
 
+        _rooted_and_p2p(ctx, call, dtype)
         ctx.ccl.barrier()
         checked.append(str(dtype))
     return {"checked": checked, "domains": ctx.topology.domains(), "hosts": ctx.topology.hosts,
             **_inside_one_host(ctx), **_refusals(ctx)}
+
+
+def _rooted_and_p2p(ctx, call, dtype):
+    """broadcast, reduce, gather and scatter over every rank, each with another root, and a ring of sendrecv
+    (some neighbours on this host, some on the other), against seeded references."""
+    rank, world, device = ctx.get_rank(), ctx.get_num_ranks(), ctx.get_device()
+    mine = ctx.zeros(7, 3, dtype=dtype)
+    mine.copy_(_values(rank, call, (7, 3), dtype).to(device))
+    every = [_values(r, call, (7, 3), dtype) for r in range(world)]
+    out = ctx.full((7, 3), SENTINEL, dtype=dtype)
+    ctx.ccl.broadcast(out, mine, src=1)
+    _close("broadcast", out, every[1], dtype)
+    ctx.ccl.reduce(out, mine, root=world - 1)
+    if rank == world - 1:
+        _close("reduce", out, sum(x.double() for x in every), dtype)
+    gathered = ctx.full((7 * world, 3), SENTINEL, dtype=dtype)
+    ctx.ccl.gather(gathered, mine, dst=2 % world)
+    if rank == 2 % world:
+        _close("gather", gathered, torch.cat(every), dtype)
+    ctx.ccl.scatter(out, gathered, src=2 % world)
+    _close("scatter", out, every[rank], dtype)
+    if call == 0:
+        ctx.ccl.init_p2p(max_numel=64, dtype=torch.float32)
+    received = torch.full((7, 3), SENTINEL, dtype=dtype, device=device)
+    ctx.ccl.sendrecv(mine, received, dst=(rank + 1) % world, src=(rank - 1) % world)
+    _close("sendrecv", received, every[(rank - 1) % world], dtype)
 
 
 def _inside_one_host(ctx):

@@ -59,9 +59,10 @@ class P2POp(NamedTuple):
 
 
 class P2PWork:
-    """What ``isend``/``irecv`` return. The kernel runs on the caller's stream, so work queued after the call
-    already comes after it: :meth:`wait` has nothing to wait for (as a NCCL work's wait on the same stream);
-    :meth:`synchronize` blocks the host until it finished.
+    """What ``isend``/``irecv`` return. Our kernel runs on the caller's stream, so work queued after the call
+    already comes after it: :meth:`wait` has nothing more to wait for (as a NCCL work's wait on the same stream);
+    :meth:`synchronize` blocks the host until it finished. A message to or from another host goes through
+    torch.distributed, whose work :meth:`wait` waits for.
 
     Examples
     --------
@@ -69,20 +70,26 @@ class P2PWork:
     True
     """
 
-    def __init__(self, ctx):
-        self._event = None
-        if ctx.backend == "cuda" and not torch.cuda.is_current_stream_capturing():
+    def __init__(self, ctx, network_work=None):
+        self._event, self._network = None, network_work
+        if ctx.backend == "cuda" and network_work is None and not torch.cuda.is_current_stream_capturing():
             self._event = torch.cuda.Event()
             self._event.record()
 
     def wait(self, timeout=None) -> bool:
+        if self._network is not None:
+            self._network.wait()
         return True
 
     def is_completed(self) -> bool:
+        if self._network is not None:
+            return self._network.is_completed()
         return self._event is None or self._event.query()
 
     def synchronize(self) -> None:
-        if self._event is not None:
+        if self._network is not None:
+            self._network.wait()
+        elif self._event is not None:
             self._event.synchronize()
 
 
@@ -252,8 +259,7 @@ def isend(ctx, tensor, dst: int, p2p_state: P2PState | None = None, group=None, 
     """
     peer = _peer(ctx, "send", dst, group, "dst")
     if _elsewhere(ctx, peer):
-        dist.send(tensor.contiguous(), peer)
-        return P2PWork(ctx)
+        return P2PWork(ctx, dist.isend(tensor.contiguous(), peer))
     state = _state(ctx, p2p_state, "send")
     call = call_key(f"send:{peer}", (tensor,), None, False)
     if tensor.is_contiguous() and replay(ctx, state, call, (tensor,)):
@@ -281,8 +287,7 @@ def irecv(ctx, tensor, src: int, p2p_state: P2PState | None = None, group=None, 
     """
     peer = _peer(ctx, "recv", src, group, "src")
     if _elsewhere(ctx, peer):
-        dist.recv(tensor, peer)
-        return P2PWork(ctx)
+        return P2PWork(ctx, dist.irecv(tensor, peer))
     state = _state(ctx, p2p_state, "recv")
     call = call_key(f"recv:{peer}", (tensor,), None, False)
     if not replay(ctx, state, call, (tensor,)):
@@ -310,21 +315,22 @@ def _check_size(ctx, state: P2PState, peer: int, tensor) -> None:
 
 
 def send(ctx, tensor, dst: int, p2p_state: P2PState | None = None, group=None, tag: int = 0) -> None:
-    """:func:`isend`, in stream order (upstream's blocking spelling)."""
-    isend(ctx, tensor, dst, p2p_state, group, tag)
+    """:func:`isend`, waited for (upstream's blocking spelling; in stream order on this rank's stream)."""
+    isend(ctx, tensor, dst, p2p_state, group, tag).wait()
 
 
 def recv(ctx, tensor, src: int, p2p_state: P2PState | None = None, group=None, tag: int = 0) -> None:
-    """:func:`irecv`, in stream order."""
-    irecv(ctx, tensor, src, p2p_state, group, tag)
+    """:func:`irecv`, waited for."""
+    irecv(ctx, tensor, src, p2p_state, group, tag).wait()
 
 
 def sendrecv(ctx, send_tensor, recv_tensor, dst: int, src: int, p2p_state: P2PState | None = None,
              group=None) -> None:
     """Send ``send_tensor`` to ``dst`` and receive ``recv_tensor`` from ``src`` (a ring's step): the send first,
-    which never waits for a receiver that is itself sending (see the module)."""
-    isend(ctx, send_tensor, dst, p2p_state, group)
-    irecv(ctx, recv_tensor, src, p2p_state, group)
+    which never waits for a receiver that is itself sending (see the module), then both waited for."""
+    works = [isend(ctx, send_tensor, dst, p2p_state, group), irecv(ctx, recv_tensor, src, p2p_state, group)]
+    for work in works:
+        work.wait()
 
 
 def batch_isend_irecv(ctx, p2p_op_list, p2p_state: P2PState | None = None) -> list[P2PWork]:
