@@ -33,17 +33,17 @@ def _sum_in_rank_order(world, call, shape, dtype, ranks=None):
     return total.to(dtype)
 
 
-def rooted_collectives(block: int | None, shapes=SHAPES) -> dict:
+def rooted_collectives(block: int | None, shapes=SHAPES, gluon: bool = False) -> dict:
     """Every rooted collective, every variant the backend has, both spellings, every root, each shape in two dtypes,
-    twice each (the second call replays), checked bit for bit."""
+    twice each (the second call replays), checked bit for bit; with ``gluon`` the Gluon twins (no copy engines)."""
     ctx = _ctx()
     rank, world = ctx.cur_rank, ctx.num_ranks
     calls = 0
     for shape in map(tuple, shapes):
         for dtype in DTYPES:
             for root in range(world):
-                for variant in ROOTED_VARIANTS:
-                    config = Config(broadcast_variant=variant, block_size=block)
+                for variant in ROOTED_VARIANTS[:1] if gluon else ROOTED_VARIANTS:
+                    config = Config(broadcast_variant=variant, block_size=block, use_gluon=gluon)
                     mine = ctx.zeros(*shape, dtype=dtype)
                     out = ctx.zeros(*shape, dtype=dtype)
                     for _ in range(2):
@@ -56,8 +56,13 @@ def rooted_collectives(block: int | None, shapes=SHAPES) -> dict:
                         ctx.ccl.broadcast(out, mine, src=root, config=config)
                         _check_equal(f"broadcast(out, inp, src={root}) {dtype} {shape}", out, expected)
                         _check_equal("broadcast leaves its input", mine, _values(rank, calls, shape, dtype))
-                        ctx.ccl.broadcast(mine, src=root, config=config)
+                        workspace = ctx.ccl.broadcast(mine, src=root, config=config)
                         _check_equal(f"broadcast(tensor, src={root}) {dtype} {shape}", mine, expected)
+                        if gluon:  # what ran was the Gluon twin
+                            kernels = {bound.kernel.__name__ for bound in workspace.launches.values()
+                                       if not bound.direct} or {bound.compiled.name for bound in
+                                                                workspace.launches.values()}
+                            assert all(name.startswith("gluon_") for name in kernels), kernels
 
                     rows = (shape[0] * world, *shape[1:])
                     gathered = ctx.zeros(*rows, dtype=dtype)
@@ -82,7 +87,7 @@ def rooted_collectives(block: int | None, shapes=SHAPES) -> dict:
                         _check_equal(f"scatter(src={root}) {dtype} {shape}", chunk, expected)
 
                 for variant in ("push", "two_shot"):
-                    config = Config(reduce_variant=variant, block_size=block)
+                    config = Config(reduce_variant=variant, block_size=block, use_gluon=gluon)
                     inp = ctx.zeros(*shape, dtype=dtype)
                     out = ctx.zeros(*shape, dtype=dtype)
                     for _ in range(3):  # push's inbox halves: the third call writes the first's again
@@ -160,13 +165,13 @@ def rooted_in_groups() -> dict:
     return {"ok": True}
 
 
-def point_to_point(block: int) -> dict:
+def point_to_point(block: int, gluon: bool = False) -> dict:
     """send/recv, sendrecv around the ring, every pair through batch_isend_irecv, more messages in a row than a
     sender's slots (flow control), tensors on and off the heap, three dtypes, and the CPU's size check."""
     ctx = _ctx()
     rank, world, dev = ctx.cur_rank, ctx.num_ranks, ctx.device
     right, left = (rank + 1) % world, (rank - 1) % world
-    p2p = ctx.ccl.init_p2p(max_numel=3000, dtype=torch.float32, config=Config(block_size=block))
+    p2p = ctx.ccl.init_p2p(max_numel=3000, dtype=torch.float32, config=Config(block_size=block, use_gluon=gluon))
     for dtype in (torch.float32, torch.bfloat16, torch.int32):
         for n in (1, 100, 3000):
             mine = (torch.arange(n) + 10000 * rank).to(dtype).to(dev)

@@ -59,3 +59,8 @@ def test_refusals_say_what_and_where():
 def test_point_to_point_on_2_ranks():
     results = run_ranks(2, f"{CASES}:point_to_point", 32, timeout=240)
     assert "got a message of 40 bytes" in results[1]["said"]
+
+
+def test_gluon_twins_on_2_ranks():
+    run_ranks(2, f"{CASES}:rooted_collectives", 32, [[5, 37]], True, timeout=400)
+    run_ranks(2, f"{CASES}:point_to_point", 256, True, timeout=240)

@@ -31,9 +31,8 @@ from .config import Config
 from .fast_path import call_key, launch, replay
 from .flag_slots import ARRIVED, DONE, SLOTS
 from .groups import GroupContext, kernel_members
-from .launch import block_size, cdiv, check_tensors, has_copy_engines, hint, overlaps, programs
-from .rooted import arrive_at, hear_from, output_and_input, root_of, rooted_copy_engines
-from .rules import choose_rooted_variant
+from .launch import block_size, cdiv, check_tensors, hint, overlaps, programs
+from .rooted import arrive_at, hear_from, kernel_for, output_and_input, root_of, rooted_copy_engines, rooted_variant
 from .workspace import Workspace, reuse_or_allocate
 
 
@@ -77,9 +76,10 @@ def launch_root_push(collective: str, ctx, members, call, tensors, workspace, ou
     key = (collective, "push", n, inp.dtype, grid, block, members.key)
     workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS, members=members)
     own = inp.data_ptr() + members.rank * inp_step * inp.element_size()
-    launch(workspace, call, tensors, root_push_kernel, (grid,), ctx.get_device_context(), inp, inp_step, out,
+    kernel, extra = kernel_for(ctx, config, root_push_kernel, inp.element_size(), block)
+    launch(workspace, call, tensors, kernel, (grid,), ctx.get_device_context(), inp, inp_step, out,
            workspace.flags, workspace.epochs, n, root=root, **members.kernel_args(), BLOCK=block,
-           COPY_OWN=own != out.data_ptr(), HINT=hint((out, 0)), num_warps=config.num_warps)
+           COPY_OWN=own != out.data_ptr(), HINT=hint((out, 0)), num_warps=config.num_warps, **extra)
     return workspace
 
 
@@ -100,7 +100,8 @@ def broadcast(*tensors, ctx, src=0, group=None, async_op=False, config=None, wor
     async_op : bool
         True: returns at once as the others; ``wait()`` on the result is a device barrier over the group.
     config : Config, optional
-        ``broadcast_variant`` picks the algorithm (None: by size); ``block_size``, ``comm_sms``, ``num_warps``.
+        ``broadcast_variant`` picks the algorithm (None: by size); ``block_size``, ``comm_sms``, ``num_warps``;
+        ``use_gluon=True`` runs the push kernel's Gluon twin (:mod:`iris.ccl.gluon_rooted`).
     workspace : Workspace, optional
         From an earlier call with the same shapes (``ctx.ccl`` keeps one for you).
 
@@ -118,7 +119,6 @@ def broadcast(*tensors, ctx, src=0, group=None, async_op=False, config=None, wor
     if replay(ctx, workspace, call, (out, inp)):
         return workspace
     config = (config or Config()).with_defaults()
-    refuse_rooted_gluon(ctx, config, "broadcast")
     members = kernel_members(ctx, group, "broadcast")
     root = root_of(ctx, "broadcast", members, ("src", src))
     check_tensors(ctx, "broadcast", out, inp)
@@ -129,8 +129,7 @@ def broadcast(*tensors, ctx, src=0, group=None, async_op=False, config=None, wor
         raise ValueError(f"rank {ctx.cur_rank}: broadcast output overlaps its input other than as the same tensor; "
                          "use broadcast(tensor) in place or separate tensors")
     n = inp.numel()
-    variant = choose_rooted_variant(config.broadcast_variant, n * inp.element_size(), members.size,
-                                    has_copy_engines(ctx, config))
+    variant = rooted_variant(ctx, config, "broadcast", n * inp.element_size(), members.size)
     if variant == "copy_engines":
         def copies():
             if members.rank != root:
@@ -144,9 +143,3 @@ def broadcast(*tensors, ctx, src=0, group=None, async_op=False, config=None, wor
         return rooted_copy_engines(ctx, members, workspace, key, copies)
     return launch_root_push("broadcast", ctx, members, call, (out, inp), workspace, out, inp, 0, n, root, config)
 
-
-def refuse_rooted_gluon(ctx, config: Config, collective: str) -> None:
-    """A ValueError for ``use_gluon=True``: the rooted collectives run Triton kernels only (so far)."""
-    if config.use_gluon:
-        raise ValueError(f"rank {ctx.cur_rank}: {collective} has no Gluon kernel yet (Gluon runs all_gather and "
-                         f"all_to_all): call it with use_gluon=False (the default)")

@@ -23,15 +23,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..language.sync import announce, await_all, signal, flag_of
-from .broadcast import refuse_rooted_gluon
+from ..language.sync import announce, await_all, flag_of, signal
 from .config import Config
 from .fast_path import call_key, launch, replay
 from .flag_slots import ARRIVED, DONE, SLOTS
 from .groups import GroupContext, kernel_members
-from .launch import block_size, cdiv, check_tensors, has_copy_engines, hint, overlaps, programs
-from .rooted import hear_from, root_of, rooted_copy_engines
-from .rules import choose_rooted_variant
+from .launch import block_size, cdiv, check_tensors, hint, overlaps, programs
+from .rooted import hear_from, kernel_for, root_of, rooted_copy_engines, rooted_variant
 from .workspace import Workspace, reuse_or_allocate
 
 
@@ -92,7 +90,6 @@ def gather(output_tensor, input_tensor, ctx, dst=0, group=None, async_op=False, 
     if replay(ctx, workspace, call, (out, inp)):
         return workspace
     config = (config or Config()).with_defaults()
-    refuse_rooted_gluon(ctx, config, "gather")
     members = kernel_members(ctx, group, "gather")
     root = root_of(ctx, "gather", members, ("dst", dst))
     check_tensors(ctx, "gather", out, inp)
@@ -105,8 +102,7 @@ def gather(output_tensor, input_tensor, ctx, dst=0, group=None, async_op=False, 
     if overlaps(out, inp) and inp.data_ptr() != own:
         raise ValueError(f"rank {ctx.cur_rank}: gather input overlaps the output other than as this rank's rows "
                          f"out[{members.rank} * M:{members.rank + 1} * M]; use those rows or a separate tensor")
-    variant = choose_rooted_variant(config.broadcast_variant, n * inp.element_size(), world,
-                                    has_copy_engines(ctx, config))
+    variant = rooted_variant(ctx, config, "gather", n * inp.element_size(), world)
     if variant == "copy_engines":
         def copies():
             rows = (out if members.rank == root else ctx.as_remote(out, members.ranks[root])).view(world, -1)
@@ -119,8 +115,9 @@ def gather(output_tensor, input_tensor, ctx, dst=0, group=None, async_op=False, 
     grid = programs(ctx, config, cdiv(n, block))
     key = ("gather", "push", n, inp.dtype, grid, block, members.key)
     workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS, members=members)
-    launch(workspace, call, (out, inp), to_root_kernel, (grid,), ctx.get_device_context(), inp, out,
+    kernel, extra = kernel_for(ctx, config, to_root_kernel, inp.element_size(), block)
+    launch(workspace, call, (out, inp), kernel, (grid,), ctx.get_device_context(), inp, out,
            workspace.flags, workspace.epochs, n, root=root, **members.kernel_args(), BLOCK=block,
            COPY_OWN=inp.data_ptr() != own, HINT=hint(*((out, r * n) for r in range(world))),
-           num_warps=config.num_warps)
+           num_warps=config.num_warps, **extra)
     return workspace

@@ -1,5 +1,5 @@
-"""Flags and inboxes for the Gluon collectives: :func:`exchange` and :func:`deliver`, the Gluon twins of
-:func:`iris.language.sync.exchange` and :func:`iris.ccl.inbox.deliver`.
+"""Flags and inboxes for the Gluon collectives: :func:`announce`, :func:`await_all`, :func:`exchange`, :func:`signal`,
+:func:`wait_for` and :func:`deliver`, the Gluon twins of :mod:`iris.language.sync`'s and :func:`iris.ccl.inbox.deliver`.
 
 Why twins: those build their blocks with ``tl.arange``, which Gluon refuses without a layout ("arange() missing
 1 required positional argument: 'layout'"). The protocol is theirs, unchanged: the same flags
@@ -17,6 +17,7 @@ import math
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from ..language import sync
 from ..language.gluon import cta_barrier
 from ..language.sync import flag_of, lanes
 from .inbox import DELIVERED
@@ -34,12 +35,10 @@ def lane_layout(layout):
 
 
 @gluon.jit
-def exchange(ctx, flags, slot, epoch, pid, num_programs, LAYOUT: gl.constexpr):
-    """Tell every member of ``ctx``'s group that this program ``pid`` reached ``slot`` of call ``epoch``; wait
-    for theirs (one lane per member, one link round trip whatever the group's size; see
-    :func:`iris.language.sync.exchange`). ``ctx`` is the kernel's :class:`iris.ccl.groups.GroupContext`; ``LAYOUT``
-    the kernel's blocked layout (:func:`lane_layout`).
-    """
+def announce(ctx, flags, slot, epoch, pid, num_programs, LAYOUT: gl.constexpr):
+    """Tell every member of ``ctx``'s group (this one too) that this program ``pid`` reached ``slot`` of call
+    ``epoch``: one lane per member (:func:`iris.language.sync.announce`). ``ctx`` is the kernel's
+    :class:`iris.ccl.groups.GroupContext`; ``LAYOUT`` the kernel's blocked layout (:func:`lane_layout`)."""
     world: gl.constexpr = ctx.world_size
     lane = gl.arange(0, lanes(world), layout=lane_layout(LAYOUT))
     live = lane < world
@@ -47,11 +46,44 @@ def exchange(ctx, flags, slot, epoch, pid, num_programs, LAYOUT: gl.constexpr):
     cta_barrier()  # every thread's writes come before the releases
     mine = flag_of(flags, slot, ctx.rank, pid, num_programs, world) + gl.zeros_like(lane)
     # Gluon's atomics take no scalar value for a block of pointers: one per lane, here and below
-    ctx.atomic_xchg(mine, epoch + gl.zeros_like(lane), members, mask=live, sem="release", scope="sys")
+    ctx.atomic_xchg(mine, epoch + gl.zeros_like(lane), members, mask=live, sem=sync.SIGNAL_SEM, scope="sys")
+
+
+@gluon.jit
+def await_all(ctx, flags, slot, epoch, pid, num_programs, LAYOUT: gl.constexpr):
+    """Wait until every member told this one that its program ``pid`` reached ``slot`` of call ``epoch``
+    (:func:`iris.language.sync.await_all`)."""
+    world: gl.constexpr = ctx.world_size
+    lane = gl.arange(0, lanes(world), layout=lane_layout(LAYOUT))
+    members = gl.where(lane < world, lane, ctx.rank)
     theirs = flag_of(flags, slot, members, pid, num_programs, world)
     while gl.min(gl.atomic_add(theirs, gl.zeros_like(lane), sem="acquire", scope="sys"), axis=0) < epoch:
         pass
     cta_barrier()  # no thread of the program reads data before every flag was seen
+
+
+@gluon.jit
+def exchange(ctx, flags, slot, epoch, pid, num_programs, LAYOUT: gl.constexpr):
+    """Tell every member that this program ``pid`` reached ``slot`` of call ``epoch``; wait for theirs: one link
+    round trip whatever the group's size (:func:`iris.language.sync.exchange`)."""
+    announce(ctx, flags, slot, epoch, pid, num_programs, LAYOUT)
+    await_all(ctx, flags, slot, epoch, pid, num_programs, LAYOUT)
+
+
+@gluon.jit
+def signal(ctx, flag, epoch, member):
+    """Store ``epoch`` into ``member``'s copy of ``flag`` after every thread's writes
+    (:func:`iris.language.sync.signal`)."""
+    cta_barrier()
+    ctx.atomic_xchg(flag, epoch, member, sem=sync.SIGNAL_SEM, scope="sys")
+
+
+@gluon.jit
+def wait_for(flag, epoch):
+    """Spin until this rank's ``flag`` reaches ``epoch`` (:func:`iris.language.sync.wait_for`)."""
+    while gl.atomic_add(flag, 0, sem="acquire", scope="sys") < epoch:
+        pass
+    cta_barrier()
 
 
 @gluon.jit

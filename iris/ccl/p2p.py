@@ -38,6 +38,7 @@ from ..language.core import DeviceContext
 from ..language.sync import flag_of, signal, wait_for
 from .config import Config
 from .fast_path import call_key, launch, replay
+from .gluon_layouts import flat_layout, warp_threads
 from .groups import members
 from .launch import block_size, cdiv, programs
 
@@ -133,6 +134,17 @@ class P2PState:
         self.launches: dict = {}  # replays (iris.ccl.fast_path)
         self._stages: dict = {}
 
+    def kernel(self, kernel, element_size: int) -> tuple:
+        """``(kernel, extra options)``: the Triton kernel, or with ``config.use_gluon`` its Gluon twin
+        (:mod:`iris.ccl.gluon_p2p`, defined on first use) and the twin's ``LAYOUT``."""
+        if not self.config.use_gluon:
+            return kernel, {}
+        from . import gluon_p2p
+
+        layout = flat_layout(element_size, block_size(self.ctx, self.config), self.config.num_warps,
+                             warp_threads(self.ctx))
+        return getattr(gluon_p2p, f"gluon_{kernel.__name__}"), {"LAYOUT": layout}
+
     def stage_as(self, dtype: torch.dtype) -> tuple[torch.Tensor, int]:
         """The staging area as ``dtype`` elements, and one slot's length in them."""
         if dtype not in self._stages:
@@ -154,7 +166,8 @@ def init_p2p(ctx, max_numel: int = 2 ** 20, dtype=None, config: Config | None = 
     dtype : torch.dtype, optional
         Default bfloat16 (upstream's); messages of other dtypes may take as many bytes.
     config : Config, optional
-        ``block_size``, ``comm_sms`` (programs of every transfer) and ``num_warps``.
+        ``block_size``, ``comm_sms`` (programs of every transfer) and ``num_warps``; ``use_gluon=True`` runs the
+        Gluon twins of the kernels (:mod:`iris.ccl.gluon_p2p`).
 
     Examples
     --------
@@ -268,11 +281,12 @@ def isend(ctx, tensor, dst: int, p2p_state: P2PState | None = None, group=None, 
     src = tensor.contiguous()
     stage, slot_numel = state.stage_as(src.dtype)
     block = block_size(ctx, state.config)
-    launch(state, call if src is tensor else None, (tensor,), send_kernel, (state.programs,),
+    kernel, extra = state.kernel(send_kernel, src.element_size())
+    launch(state, call if src is tensor else None, (tensor,), kernel, (state.programs,),
            ctx.get_device_context(), src, src.numel(), src.numel() * src.element_size(), stage, slot_numel,
            state.flags, state.counts, state.sizes, peer=peer, rank=ctx.cur_rank, world=ctx.num_ranks,
            DEPTH_=DEPTH, BLOCK=block, HINT=16 if state.slot_bytes % 16 == 0 else None,
-           num_warps=state.config.num_warps)
+           num_warps=state.config.num_warps, **extra)
     return P2PWork(ctx)
 
 
@@ -296,10 +310,11 @@ def irecv(ctx, tensor, src: int, p2p_state: P2PState | None = None, group=None, 
             raise ValueError(f"rank {ctx.cur_rank}: recv writes its tensor in place: give a contiguous one "
                              "(receive into a buffer, then copy it where it goes)")
         stage, slot_numel = state.stage_as(tensor.dtype)
-        launch(state, call, (tensor,), recv_kernel, (state.programs,), ctx.get_device_context(), tensor,
+        kernel, extra = state.kernel(recv_kernel, tensor.element_size())
+        launch(state, call, (tensor,), kernel, (state.programs,), ctx.get_device_context(), tensor,
                tensor.numel(), stage, slot_numel, state.flags, state.counts, peer=peer, rank=ctx.cur_rank,
                world=ctx.num_ranks, DEPTH_=DEPTH, BLOCK=block_size(ctx, state.config),
-               num_warps=state.config.num_warps)
+               num_warps=state.config.num_warps, **extra)
     if ctx.backend == "cpu":  # the kernel ran: what arrived can be compared with what was expected
         _check_size(ctx, state, peer, tensor)
     return P2PWork(ctx)

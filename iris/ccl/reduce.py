@@ -29,14 +29,13 @@ import triton
 import triton.language as tl
 
 from ..language.sync import announce, await_all, exchange, flag_of, signal
-from .broadcast import refuse_rooted_gluon
 from .chunks import ARRIVED, DONE, SLOTS, chunk_size
 from .config import Config
 from .fast_path import call_key, launch, replay
 from .groups import GroupContext, kernel_members
 from .inbox import call_half, inbox_numel, inbox_stride
 from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
-from .rooted import hear_from, output_and_input, root_of
+from .rooted import hear_from, kernel_for, output_and_input, root_of
 from .rules import choose_reduce_variant
 from .workspace import Workspace, reuse_or_allocate
 
@@ -109,7 +108,6 @@ def _plan(ctx, out, inp, dst, root, op, group, config, caller: str):
     block, workspace key, inbox or None)."""
     config = (config or Config()).with_defaults()
     check_op(ctx, op)
-    refuse_rooted_gluon(ctx, config, caller)
     members = kernel_members(ctx, group, caller)
     root_index = root_of(ctx, caller, members, ("dst", dst), ("root", root))
     check_tensors(ctx, caller, out, inp, reduce=True)
@@ -156,7 +154,8 @@ def reduce(*tensors, ctx, dst=None, root=None, op=None, group=None, async_op=Fal
     op : ReduceOp, optional
         SUM (iris's or torch.distributed's) or None.
     group, async_op, config, workspace
-        As :func:`iris.ccl.broadcast`; ``config.reduce_variant`` picks the algorithm. With ``async_op=True`` the
+        As :func:`iris.ccl.broadcast`; ``config.reduce_variant`` picks the algorithm (``use_gluon=True``: its
+        Gluon twin, :mod:`iris.ccl.gluon_rooted`). With ``async_op=True`` the
         two_shot variant skips its closing exchange: ``wait()`` before reading the root's output or reusing inputs.
 
     Returns
@@ -176,13 +175,16 @@ def reduce(*tensors, ctx, dst=None, root=None, op=None, group=None, async_op=Fal
     workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS, inbox, members)
     n, world = inp.numel(), members.size
     common = dict(root=root_index, **members.kernel_args(), BLOCK=block, num_warps=config.num_warps)
+    kernel, extra = kernel_for(ctx, config, reduce_push_kernel if variant == "push" else reduce_two_shot_kernel,
+                               inp.element_size(), block)
+    common.update(extra)
     if variant == "push":
-        launch(workspace, call, (out, inp), reduce_push_kernel, (grid,), ctx.get_device_context(), inp, out,
+        launch(workspace, call, (out, inp), kernel, (grid,), ctx.get_device_context(), inp, out,
                workspace.scratch, workspace.flags, workspace.epochs, n, inbox_stride(n),
                HINT=hint((workspace.scratch, 0)), **common)
         return workspace
     chunk = chunk_size(n, world)
-    launch(workspace, call, (out, inp), reduce_two_shot_kernel, (grid,), ctx.get_device_context(), inp, out,
+    launch(workspace, call, (out, inp), kernel, (grid,), ctx.get_device_context(), inp, out,
            workspace.flags, workspace.epochs, n, chunk, WAIT_DONE=not async_op,
            HINT=hint(*((t, r * chunk) for t in (inp, out) for r in range(world))), **common)
     return workspace

@@ -27,7 +27,11 @@ import triton.language as tl
 
 from ..language.sync import flag_of, signal, wait_for
 from .barrier import barrier_on
+from .config import Config
 from .flag_slots import ARRIVED
+from .gluon_layouts import flat_layout, warp_threads
+from .launch import has_copy_engines
+from .rules import choose_rooted_variant
 from .workspace import Workspace, reuse_or_allocate
 
 
@@ -91,3 +95,24 @@ def rooted_copy_engines(ctx, members, workspace: Workspace | None, key: tuple, c
     copies()
     barrier_on(ctx, workspace, members)
     return workspace
+
+
+def rooted_variant(ctx, config: Config, collective: str, nbytes: int, world: int) -> str:
+    """broadcast's, scatter's or gather's algorithm for this call (:func:`iris.ccl.rules.choose_rooted_variant`);
+    the copy engines asked of a Gluon call are refused: they run no kernel, Gluon's or Triton's."""
+    if config.use_gluon and config.broadcast_variant == "copy_engines":
+        raise ValueError(f"rank {ctx.cur_rank}: {collective} with Config(broadcast_variant='copy_engines', "
+                         "use_gluon=True): the copy engines run no kernel, Gluon's or Triton's; use "
+                         "broadcast_variant='push' or None with Gluon, or use_gluon=False")
+    return choose_rooted_variant(config.broadcast_variant, nbytes, world, has_copy_engines(ctx, config))
+
+
+def kernel_for(ctx, config: Config, kernel, element_size: int, block: int) -> tuple:
+    """``(kernel, extra options)``: ``kernel`` itself, or with ``config.use_gluon`` its Gluon twin (same name with
+    ``gluon_`` in front, in :mod:`iris.ccl.gluon_rooted`, defined on first use) and the twin's ``LAYOUT``."""
+    if not config.use_gluon:
+        return kernel, {}
+    from . import gluon_rooted
+
+    layout = flat_layout(element_size, block, config.num_warps, warp_threads(ctx))
+    return getattr(gluon_rooted, f"gluon_{kernel.__name__}"), {"LAYOUT": layout}

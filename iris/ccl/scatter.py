@@ -15,13 +15,12 @@ Examples
 
 from __future__ import annotations
 
-from .broadcast import launch_root_push, refuse_rooted_gluon
+from .broadcast import launch_root_push
 from .config import Config
 from .fast_path import call_key, replay
 from .groups import kernel_members
-from .launch import check_tensors, has_copy_engines, overlaps
-from .rooted import root_of, rooted_copy_engines
-from .rules import choose_rooted_variant
+from .launch import check_tensors, overlaps
+from .rooted import root_of, rooted_copy_engines, rooted_variant
 from .workspace import Workspace
 
 
@@ -54,7 +53,6 @@ def scatter(output_tensor, input_tensor, ctx, src=0, group=None, async_op=False,
     if replay(ctx, workspace, call, (out, inp)):
         return workspace
     config = (config or Config()).with_defaults()
-    refuse_rooted_gluon(ctx, config, "scatter")
     members = kernel_members(ctx, group, "scatter")
     root = root_of(ctx, "scatter", members, ("src", src))
     check_tensors(ctx, "scatter", out, inp)
@@ -67,8 +65,7 @@ def scatter(output_tensor, input_tensor, ctx, src=0, group=None, async_op=False,
     if overlaps(out, inp) and out.data_ptr() != own:
         raise ValueError(f"rank {ctx.cur_rank}: scatter output overlaps the input other than as this rank's chunk "
                          f"inp[{members.rank} * M:{members.rank + 1} * M]; use that chunk or a separate tensor")
-    variant = choose_rooted_variant(config.broadcast_variant, n * inp.element_size(), world,
-                                    has_copy_engines(ctx, config))
+    variant = rooted_variant(ctx, config, "scatter", n * inp.element_size(), world)
     if variant == "copy_engines":
         def copies():
             if members.rank != root:
