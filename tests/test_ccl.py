@@ -31,7 +31,8 @@ def _no_heap_files(no_heap_files_left_behind):
 def test_ccl_methods_have_upstream_signatures():
     expected = {
         "all_reduce": ["output_tensor", "input_tensor", "op", "group", "async_op", "config", "workspace"],
-        "all_gather": ["output_tensor", "input_tensor", "group", "async_op", "config"],
+        "all_gather": ["output_tensor", "input_tensor", "group", "async_op", "config", "workspace"],
+        "all_gather_preamble": ["output_tensor", "input_tensor", "group", "config", "workspace"],
         "all_to_all": ["output_tensor", "input_tensor", "group", "async_op", "config"],
         "reduce_scatter": ["output_tensor", "input_tensor", "op", "group", "async_op", "config"],
         "all_reduce_preamble": ["output_tensor", "input_tensor", "config", "workspace"],
@@ -45,8 +46,9 @@ def test_ccl_methods_have_upstream_signatures():
 def test_config_checks_its_fields():
     assert Config().all_reduce_variant is None
     assert Config(all_gather_variant="persistent").all_gather_variant == "persistent"  # upstream's name
+    assert Config(all_gather_variant="ring").all_gather_variant == "ring"  # upstream's ring (tests/test_ccl_rooted.py)
     with pytest.raises(ValueError, match="all_gather_variant"):
-        Config(all_gather_variant="ring")
+        Config(all_gather_variant="tree")
     for bad in (dict(all_reduce_variant="tree"), dict(block_size=100), dict(block_size_n=48),
                 dict(comm_sms=0), dict(reduce_scatter_variant="ring"), dict(all_reduce_distribution=2)):
         with pytest.raises(ValueError):

@@ -36,7 +36,7 @@ Examples
 """
 
 from . import p2p
-from .all_gather import all_gather
+from .all_gather import all_gather, all_gather_preamble
 from .all_reduce import all_reduce, all_reduce_preamble
 from .all_to_all import all_to_all
 from .barrier import device_barrier
@@ -59,7 +59,7 @@ AUTOTUNE = env_autotune()
 
 __all__ = [
     "ALL_GATHER_VARIANTS", "ALL_REDUCE_VARIANTS", "ALL_TO_ALL_VARIANTS", "AUTOTUNE", "BROADCAST_VARIANTS", "CCL",
-    "Config", "P2POp", "REDUCE_VARIANTS", "ReduceOp", "TuningWarning", "Work", "Workspace", "all_gather", "all_reduce",
+    "Config", "P2POp", "REDUCE_VARIANTS", "ReduceOp", "TuningWarning", "Work", "Workspace", "all_gather", "all_gather_preamble", "all_reduce",
     "all_reduce_preamble", "all_to_all", "batch_isend_irecv", "broadcast", "choose_variant", "device_barrier",
     "gather", "init_p2p", "irecv", "isend", "owned_range", "p2p", "recv", "reduce", "reduce_preamble",
     "reduce_scatter", "scatter", "send", "sendrecv",

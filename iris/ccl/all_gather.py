@@ -11,6 +11,10 @@ output (``out[rank * M:(rank + 1) * M]``, in place); no other overlap. Three alg
 * ``pull`` (large inputs): one flag exchange, each rank reads every peer's input into its own output
   (reads over the links, local writes, starting with a different peer on every rank), a second exchange
   says that nobody reads the inputs any more. No copy and no scratch: the bandwidth choice of the kernels.
+* ``ring`` (upstream's, asked for by name): world - 1 steps, at step s each rank writing the chunk it got at step
+  s - 1 (its own input first) into its right neighbour's output and telling it so; each rank writes over one
+  link only, at the cost of world - 1 dependent steps. No scratch, and no closing exchange: a rank's output is
+  complete once the last chunk came from its left.
 * ``copy_engines`` (large inputs, GPUs; ours): no kernel moves the data. Each rank writes its input into every
   peer's output by peer-to-peer memcpys, one peer a step, the ranks kept in step by device barriers
   (:mod:`iris.ccl.copy_engines`). Over long transfers the copy engines outrun the SMs' loads and stores
@@ -31,7 +35,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..language.sync import exchange
+from ..language.sync import exchange, flag_of, signal, wait_for
 from .config import Config
 from .copy_engines import push_in_step
 from .fast_path import call_key, launch, replay
@@ -86,6 +90,41 @@ def pull_kernel(context, src, src_step, out, flags, epochs, n, rank: tl.constexp
     tl.store(epochs + pid, epoch)
 
 
+@triton.jit
+def ring_kernel(context, inp, out, flags, epochs, n, rank: tl.constexpr, world: tl.constexpr,
+                rank_start: tl.constexpr, rank_stride: tl.constexpr, num_ranks: tl.constexpr, BLOCK: tl.constexpr,
+                COPY_OWN: tl.constexpr, HINT: tl.constexpr):
+    # Flag slot 0 (from the right neighbour): its output may be written; slot 1 + s (from the left): the chunk of
+    # step s has landed here.
+    ctx = GroupContext.initialize(context, rank, world, rank_start, rank_stride, num_ranks)
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    epoch = tl.load(epochs + pid) + 1
+    left: tl.constexpr = (rank + world - 1) % world
+    right: tl.constexpr = (rank + 1) % world
+    tl.debug_barrier()
+    signal(ctx, flag_of(flags, 0, rank, pid, num_programs, world), epoch, left)
+    if COPY_OWN:
+        for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
+            offs = block * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < n
+            tl.store(out + rank * n + offs, tl.load(inp + offs, mask=mask), mask=mask)
+    wait_for(flag_of(flags, 0, right, pid, num_programs, world), epoch)
+    for step in tl.static_range(world - 1):
+        chunk: tl.constexpr = (rank + world - step) % world  # own input at step 0, then what came from the left
+        if step > 0:
+            wait_for(flag_of(flags, step, left, pid, num_programs, world), epoch)
+        for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
+            offs = block * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < n
+            src = inp + offs if step == 0 else out + chunk * n + offs
+            tl.store(ctx.as_remote(out + chunk * n + offs, right, mask, HINT), tl.load(src, mask=mask), mask=mask)
+        tl.debug_barrier()
+        signal(ctx, flag_of(flags, 1 + step, rank, pid, num_programs, world), epoch, right)
+    wait_for(flag_of(flags, world - 1, left, pid, num_programs, world), epoch)  # the last chunk has landed
+    tl.store(epochs + pid, epoch)
+
+
 def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, config=None,
                workspace=None) -> Workspace:
     """Gather every rank's ``input_tensor`` into ``output_tensor`` (concatenated along dim 0); collective.
@@ -121,11 +160,32 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
     call = call_key("all_gather", tensors, config, async_op, group=group)
     if replay(ctx, workspace, call, tensors):  # the same call as before: checked, planned and compiled
         return workspace
+    return _all_gather(output_tensor, input_tensor, ctx, group, async_op, config, workspace, call)
+
+
+def all_gather_preamble(output_tensor, input_tensor, ctx, group=None, config=None, workspace=None) -> Workspace:
+    """The workspace :func:`all_gather` would use for these tensors, allocated now if needed (collective: every
+    rank of the group), launching nothing: call it before a CUDA graph capture (upstream Iris's name).
+
+    Examples
+    --------
+    >>> ws = iris.ccl.all_gather_preamble(out, inp, ctx, config=Config(all_gather_variant="ring"))  # doctest: +SKIP
+    >>> ws = iris.ccl.all_gather(out, inp, ctx, config=Config(all_gather_variant="ring"), workspace=ws)
+    """
+    return _all_gather(output_tensor, input_tensor, ctx, group, False, config, workspace, None, run=False)
+
+
+def _all_gather(output_tensor, input_tensor, ctx, group, async_op, config, workspace, call, run=True) -> Workspace:
+    """:func:`all_gather`'s checks, plan and launch (``run=False``: the plan's workspace, and no launch)."""
+    tensors = (output_tensor, input_tensor)
     config = config or Config()
     if config.use_gluon and config.all_gather_variant == "copy_engines":
         raise ValueError(f"rank {ctx.cur_rank}: all_gather with Config(all_gather_variant='copy_engines', "
                          "use_gluon=True): the copy engines run no kernel, Gluon's or Triton's; use "
                          "all_gather_variant='push', 'pull' or None with Gluon, or use_gluon=False")
+    if config.use_gluon and config.all_gather_variant == "ring":
+        raise ValueError(f"rank {ctx.cur_rank}: all_gather with Config(all_gather_variant='ring', use_gluon=True): "
+                         "the ring has a Triton kernel only; use use_gluon=False, or 'push' or 'pull' with Gluon")
     group_of_call = kernel_members(ctx, group, "all_gather")
     check_tensors(ctx, "all_gather", output_tensor, input_tensor)
     world, rank, n = group_of_call.size, group_of_call.rank, input_tensor.numel()
@@ -149,9 +209,20 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
         out, inp, own = output_tensor.view(-1), input_tensor.reshape(-1), slice(rank * n, (rank + 1) * n)
         copy_own = None if input_tensor.data_ptr() == own_slice else (lambda: out[own].copy_(inp))
         key = ("all_gather", variant, n, input_tensor.dtype, 1, None, group_of_call.key)
+        if not run:
+            return reuse_or_allocate(ctx, workspace, key, 1, 1, members=group_of_call)
         return push_in_step(ctx, group_of_call, workspace, key, copy_own,
                             lambda index, peer: ctx.as_remote(out, peer)[own].copy_(inp))
     key = ("all_gather", variant, n, input_tensor.dtype, grid, block, group_of_call.key)
+    if variant == "ring":
+        workspace = reuse_or_allocate(ctx, workspace, key, grid, max(world, 2), members=group_of_call)
+        if not run:
+            return workspace
+        launch(workspace, call, tensors, ring_kernel, (grid,), ctx.get_device_context(), input_tensor, output_tensor,
+               workspace.flags, workspace.epochs, n, **group_of_call.kernel_args(), BLOCK=block,
+               COPY_OWN=input_tensor.data_ptr() != own_slice,
+               HINT=hint(*((output_tensor, s * n) for s in range(world))), num_warps=config.num_warps)
+        return workspace
     push, pull = push_kernel, pull_kernel
     common = dict(**group_of_call.kernel_args(), BLOCK=block, num_warps=config.num_warps)
     if config.use_gluon:  # the same algorithms and workspaces, as Gluon kernels (defined on first use)
@@ -161,11 +232,15 @@ def all_gather(output_tensor, input_tensor, ctx, group=None, async_op=False, con
         common["LAYOUT"] = flat_layout(input_tensor.element_size(), block, config.num_warps, warp_threads(ctx))
     if variant == "push":
         workspace = inbox_workspace(ctx, workspace, key, grid, input_tensor, group_of_call)
+        if not run:
+            return workspace
         launch(workspace, call, tensors, push, (grid,), ctx.get_device_context(), input_tensor, output_tensor,
                workspace.scratch, workspace.flags, workspace.epochs, n, inbox_stride(n), HINT=inbox_hint(workspace),
                **common)
         return workspace
     workspace = reuse_or_allocate(ctx, workspace, key, grid, SLOTS, members=group_of_call)
+    if not run:
+        return workspace
     in_place = input_tensor.data_ptr() == own_slice
     src, src_step = (output_tensor, n) if in_place else (input_tensor, 0)
     launch(workspace, call, tensors, pull, (grid,), ctx.get_device_context(), src, src_step, output_tensor,

@@ -20,7 +20,7 @@ from triton.language import TRITON_MAX_TENSOR_NUMEL
 
 ALL_REDUCE_VARIANTS = ("one_shot", "two_shot", "two_shot_push", "ring", "atomic", "spinlock")
 REDUCE_SCATTER_VARIANTS = ("two_shot", "push")
-ALL_GATHER_VARIANTS = ("push", "pull", "copy_engines")
+ALL_GATHER_VARIANTS = ("push", "pull", "copy_engines", "ring")
 ALL_TO_ALL_VARIANTS = ("push", "pull", "copy_engines")
 BROADCAST_VARIANTS = ("push", "copy_engines")  # also scatter's and gather's: one rank against the others
 REDUCE_VARIANTS = ("push", "two_shot")
@@ -87,9 +87,10 @@ class Config:
         on GPUs and on the CPU interpreter. all_reduce and reduce_scatter have no Gluon kernel, here as upstream:
         called with it they raise a ValueError that names them (upstream's refusal; ``all_reduce_preamble``,
         which only prepares a workspace, takes it, as upstream's does); the device barrier takes no config.
-    all_gather_variant : {None, "push", "pull", "copy_engines", "persistent", "partitioned"}
-        "push", "pull" or "copy_engines" (ours: peer-to-peer memcpys, no kernel but the barriers) picks the
-        algorithm; None and upstream's names pick by size (see :func:`iris.ccl.rules.choose_gather_variant`).
+    all_gather_variant : {None, "push", "pull", "copy_engines", "ring", "persistent", "partitioned"}
+        "push", "pull", "copy_engines" (ours: peer-to-peer memcpys, no kernel but the barriers) or "ring" (each rank
+        writes only into its right neighbour, world - 1 steps, as upstream's ring) picks the algorithm; None and
+        upstream's tiled names pick by size (see :func:`iris.ccl.rules.choose_gather_variant`).
     reduce_scatter_variant : {None, "two_shot", "push"}
         "two_shot" (upstream's only one): each rank reads its chunk from every peer; "push": every rank writes each
         peer's chunk into that peer's inbox (:mod:`iris.ccl.push_reduce`). None: chosen as ``all_reduce_variant``.

@@ -16,7 +16,7 @@ Examples
 from __future__ import annotations
 
 from .across_domains import AcrossDomains
-from .all_gather import all_gather
+from .all_gather import all_gather, all_gather_preamble
 from .all_reduce import all_reduce, all_reduce_preamble, spinlock_tile
 from .all_to_all import all_to_all
 from .barrier import device_barrier
@@ -84,13 +84,25 @@ class CCL:
         return self._keep("all_reduce", config, all_reduce(output_tensor, input_tensor, self._ctx, op, group,
                                                            async_op, config, workspace), group)
 
-    def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None) -> Workspace:
+    def all_gather(self, output_tensor, input_tensor, group=None, async_op=False, config=None,
+                   workspace=None) -> Workspace:
         """Concatenate every rank's input along dim 0 (see :func:`iris.ccl.all_gather`)."""
+        workspace = workspace or self._cached("all_gather", config, group)
         if self.across is not None and self.across.spans(group):
             return self._keep("all_gather", config, self.across.all_gather(
-                output_tensor, input_tensor, config, self._cached("all_gather", config, group)), group)
+                output_tensor, input_tensor, config, workspace), group)
         return self._keep("all_gather", config, all_gather(output_tensor, input_tensor, self._ctx, group, async_op,
-                                                           config, self._cached("all_gather", config, group)), group)
+                                                           config, workspace), group)
+
+    def all_gather_preamble(self, output_tensor, input_tensor, group=None, config=None, workspace=None) -> Workspace:
+        """The workspace :meth:`all_gather` would use for these tensors, allocated now (before a CUDA graph capture;
+        upstream's name). Over several domains: the domain level's, made by a first call."""
+        workspace = workspace or self._cached("all_gather", config, group)
+        if self.across is not None and self.across.spans(group):
+            raise NotImplementedError(f"rank {self._ctx.cur_rank}: all_gather_preamble over ranks on several hosts: "
+                                      "call all_gather once outside the capture instead (it keeps its workspace)")
+        return self._keep("all_gather", config, all_gather_preamble(output_tensor, input_tensor, self._ctx, group,
+                                                                    config, workspace), group)
 
     def all_to_all(self, output_tensor, input_tensor, group=None, async_op=False, config=None) -> Workspace:
         """Column chunk j of the input to rank j (see :func:`iris.ccl.all_to_all`)."""
