@@ -346,7 +346,8 @@ def triton_cdiv(a, b):
 # ============================================================================ the rooted collectives and p2p
 
 def _rooted_and_p2p(ctx, rank, world):
-    """broadcast, scatter, gather, reduce (both variants) and point-to-point around the ring, three calls each; what a
+    """broadcast, scatter, gather, reduce (both variants), point-to-point around the ring, all_gather's ring and
+    all_to_all_v, three calls each; what a
     root gathered or reduced is read by the next collective's kernel (what each protocol's closing signal orders)."""
     n = 40
     small = Config(block_size=16)
@@ -358,6 +359,10 @@ def _rooted_and_p2p(ctx, rank, world):
     reduced = {v: ctx.zeros(n, name=f"reduce_{v}") for v in ("push", "two_shot")}
     ctx.ccl.init_p2p(max_numel=n, dtype=torch.float32, config=small)
     ring_out = torch.zeros(n)
+    ring_gathered = ctx.zeros(world * n, name="ring_gathered")
+    widths = [rank + 1 + j for j in range(world)]  # rank r sends rank j r + j + 1 columns
+    v_in = ctx.zeros(2, 2 * world * world, name="v_in")
+    v_out = ctx.zeros(2, 2 * world * world, name="v_out")
     ctx.barrier()
     for call in range(3):
         root = call % world
@@ -369,6 +374,11 @@ def _rooted_and_p2p(ctx, rank, world):
             ctx.ccl.reduce(out, mine, root=0, config=Config(reduce_variant=variant, block_size=16))
             ctx.ccl.broadcast(out, src=0, config=small)  # the root reads the sum
         ctx.ccl.sendrecv(mine, ring_out, dst=(rank + 1) % world, src=(rank - 1) % world)
+        ctx.ccl.all_gather(ring_gathered, mine, config=Config(all_gather_variant="ring", block_size=16))
+        ctx.ccl.scatter(scatter_out, ring_gathered, src=root, config=small)  # the root reads what the ring brought
+        ctx.ccl.all_to_all_v(v_out[:, :sum(s + 1 + rank for s in range(world))], v_in[:, :sum(widths)],
+                             [s + 1 + rank for s in range(world)], widths, config=Config(block_size_m=2,
+                                                                                          block_size_n=4))
 
 
 def rooted_and_p2p_race_free():

@@ -271,3 +271,42 @@ def rooted_graph_capture(numel: int) -> dict:
         _check_equal(f"replay {call} scatter", outs["scatter"].cpu(), (values(call, rank) + 1000 * rank).cpu())
         _check_equal(f"replay {call} sendrecv", ring_out.cpu(), (values(call, left) * 2).cpu())
     return {"replays": 3}
+
+
+def all_to_all_v_cases(block_m: int, block_n: int) -> dict:
+    """all_to_all_v with equal and unequal widths (rank r sends (r + 1) * 3 columns to everyone; rank j sends rank r
+    j + r + 1 columns), the input a narrower view of a wider heap buffer, twice each; then a width that disagrees."""
+    ctx = _ctx()
+    rank, world = ctx.cur_rank, ctx.num_ranks
+    config = Config(block_size_m=block_m, block_size_n=block_n)
+    M = 5
+    layouts = {"equal": lambda r, j: 4, "by sender": lambda r, j: (r + 1) * 3, "by pair": lambda r, j: j + r + 1}
+    for name, width in layouts.items():
+        ins = [width(rank, j) for j in range(world)]
+        outs = [width(s, rank) for s in range(world)]
+        widest = 3 * world * world + 2 * world  # wider than any rank's input or output: allocations are symmetric
+        buffer, received = ctx.zeros(M, widest), ctx.zeros(M, widest)
+        out = received[:, :sum(outs)]  # a narrower view, as the widths differ between ranks
+        for call in range(2):
+            def values(r):  # rank r's input, rebuilt by every rank
+                widths = [width(r, j) for j in range(world)]
+                return _values(r, 100 * call + len(name), (M, sum(widths)), torch.float32), widths
+            mine, _ = values(rank)
+            buffer[:, :sum(ins)].copy_(mine.to(ctx.device))
+            out.fill_(-1)
+            ctx.ccl.all_to_all_v(out, buffer[:, :sum(ins)], outs, ins, config=config)
+            expected = []
+            for s in range(world):
+                theirs, widths = values(s)
+                start = sum(widths[:rank])
+                expected.append(theirs[:, start:start + widths[rank]])
+            _check_equal(f"all_to_all_v {name} call {call}", out, torch.cat(expected, dim=1))
+    said = ""
+    if BACKEND == "cpu":
+        wrong = [4] * world
+        wrong[(rank + 1) % world] = 5  # this rank expects one column more from its right neighbour than it sends
+        out = ctx.zeros(M, sum(wrong) + 1)[:, :sum(wrong)]
+        said = _raises(ValueError, "must agree", lambda: ctx.ccl.all_to_all_v(out, ctx.zeros(M, 4 * world), wrong,
+                                                                              [4] * world))
+    ctx.barrier()
+    return {"said": said}

@@ -64,3 +64,10 @@ def test_point_to_point_on_2_ranks():
 def test_gluon_twins_on_2_ranks():
     run_ranks(2, f"{CASES}:rooted_collectives", 32, [[5, 37]], True, timeout=400)
     run_ranks(2, f"{CASES}:point_to_point", 256, True, timeout=240)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_all_to_all_v_equal_and_unequal_widths(world):
+    results = run_ranks(world, f"{CASES}:all_to_all_v_cases", 4, 4, timeout=300)
+    assert all(f"rank {r}: all_to_all_v: output_split_sizes[{(r + 1) % world}] differs" in result["said"]
+               for r, result in enumerate(results))

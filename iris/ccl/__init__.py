@@ -39,6 +39,7 @@ from . import p2p
 from .all_gather import all_gather, all_gather_preamble
 from .all_reduce import all_reduce, all_reduce_preamble
 from .all_to_all import all_to_all
+from .all_to_all_v import all_to_all_v
 from .barrier import device_barrier
 from .broadcast import broadcast
 from .config import (ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, BROADCAST_VARIANTS, REDUCE_VARIANTS,
@@ -60,7 +61,7 @@ AUTOTUNE = env_autotune()
 __all__ = [
     "ALL_GATHER_VARIANTS", "ALL_REDUCE_VARIANTS", "ALL_TO_ALL_VARIANTS", "AUTOTUNE", "BROADCAST_VARIANTS", "CCL",
     "Config", "P2POp", "REDUCE_VARIANTS", "ReduceOp", "TuningWarning", "Work", "Workspace", "all_gather", "all_gather_preamble", "all_reduce",
-    "all_reduce_preamble", "all_to_all", "batch_isend_irecv", "broadcast", "choose_variant", "device_barrier",
+    "all_reduce_preamble", "all_to_all", "all_to_all_v", "batch_isend_irecv", "broadcast", "choose_variant", "device_barrier",
     "gather", "init_p2p", "irecv", "isend", "owned_range", "p2p", "recv", "reduce", "reduce_preamble",
     "reduce_scatter", "scatter", "send", "sendrecv",
 ]

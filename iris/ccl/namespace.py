@@ -19,6 +19,7 @@ from .across_domains import AcrossDomains
 from .all_gather import all_gather, all_gather_preamble
 from .all_reduce import all_reduce, all_reduce_preamble, spinlock_tile
 from .all_to_all import all_to_all
+from .all_to_all_v import all_to_all_v
 from .barrier import device_barrier
 from .broadcast import broadcast
 from .config import Config
@@ -111,6 +112,19 @@ class CCL:
                 output_tensor, input_tensor, config, self._cached("all_to_all", None, group)), group)
         return self._keep("all_to_all", None, all_to_all(output_tensor, input_tensor, self._ctx, group, async_op,
                                                          config, self._cached("all_to_all", None, group)), group)
+
+    def all_to_all_v(self, output_tensor, input_tensor, output_split_sizes, input_split_sizes, group=None,
+                     async_op=False, config=None, workspace=None) -> Workspace:
+        """Input chunk j (``input_split_sizes[j]`` columns) to rank j, rank s's into output chunk s (see
+        :func:`iris.ccl.all_to_all_v`). Over several hosts: refused (a NotImplementedError saying so)."""
+        if self.across is not None and self.across.spans(group):
+            raise NotImplementedError(f"rank {self._ctx.cur_rank}: all_to_all_v over ranks on several hosts is not "
+                                      "built yet; call it over a group inside one host, or use "
+                                      "torch.distributed.all_to_all")
+        workspace = workspace or self._cached("all_to_all_v", config, group)
+        return self._keep("all_to_all_v", config, all_to_all_v(output_tensor, input_tensor, output_split_sizes,
+                                                               input_split_sizes, self._ctx, group, async_op, config,
+                                                               workspace), group)
 
     def reduce_scatter(self, output_tensor, input_tensor, op=None, group=None, async_op=False,
                        config=None) -> Workspace:
