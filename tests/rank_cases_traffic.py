@@ -179,3 +179,37 @@ def lesson13_ag_gemm(directory: str):
     matrix = rec.matrix(launch=0).with_minimum(need)
     ctx.barrier()
     return {**_as_json(matrix), "ratio": matrix.ratio(), "needed": matrix.needed(), "text": matrix.to_text()}
+
+
+def rooted_and_p2p_traffic() -> dict:
+    """One call of each rooted collective and of a send, recorded: what crossed ranks and the minimum it needs
+    (iris.traffic.minimum), per collective, as (world, world) lists."""
+    ctx = iris.iris("16MiB", backend=BACKEND)
+    rank, world = ctx.cur_rank, ctx.num_ranks
+    n, root = 960, world - 1  # chunks of 960 / world elements, multiples of 16, for 2 and 3 ranks alike
+    nbytes = 4 * n
+    mine, out = ctx.full((n,), float(rank)), ctx.zeros(n)
+    rows = ctx.zeros(world * n)
+    ctx.ccl.init_p2p(max_numel=n, dtype=torch.float32)
+    calls = {
+        "broadcast": (lambda: ctx.ccl.broadcast(out, mine, src=root), iris.traffic.minimum.broadcast(nbytes, world, root)),
+        "scatter": (lambda: ctx.ccl.scatter(out, rows, src=root), iris.traffic.minimum.scatter(nbytes, world, root)),
+        "gather": (lambda: ctx.ccl.gather(rows, mine, dst=root), iris.traffic.minimum.gather(nbytes, world, root)),
+        "reduce push": (lambda: ctx.ccl.reduce(out, mine, root=root, config=iris.ccl.Config(reduce_variant="push")),
+                        iris.traffic.minimum.reduce(nbytes, world, root, algorithm="direct")),
+        "reduce two_shot": (lambda: ctx.ccl.reduce(out, mine, root=root,
+                                                   config=iris.ccl.Config(reduce_variant="two_shot", block_size=256)),
+                            iris.traffic.minimum.reduce(nbytes, world, root)),
+        "send": (lambda: ctx.ccl.send(mine, dst=1) if rank == 0 else ctx.ccl.recv(out, src=0) if rank == 1 else None,
+                 iris.traffic.minimum.send(nbytes, world, 0, 1)),
+    }
+    found = {}
+    for name, (call, need) in calls.items():
+        call()  # workspaces and first-call work outside the recording
+        ctx.barrier()
+        with iris.traffic.record(ctx) as rec:
+            call()
+        ctx.barrier()
+        matrix = rec.matrix().with_minimum(need)
+        found[name] = {"crossed": matrix.crossing().tolist(), "need": need.tolist(), "text": matrix.to_text()}
+    return found

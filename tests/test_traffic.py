@@ -255,3 +255,15 @@ def test_counted_from_a_real_trace_equals_the_hand_count():
         assert result["source"] == "trace" and result["launches"] == 1 and result["dropped"] == 0
         assert result["kernel"] == "traced kernels (all launches)"
         assert result["bytes"] == want["bytes"] and result["atomic_ops"] == want["atomic_ops"]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_rooted_collectives_and_send_move_their_minimum_and_flags(world):
+    """Every byte the minimum needs crosses, and beyond it only flags (4 bytes a signal, two signals a program and
+    peer at most, 2 programs on the CPU) and a send's 8-byte size word."""
+    results = run_ranks(world, f"{CASES}:rooted_and_p2p_traffic", timeout=240)
+    for name, found in results[0].items():
+        crossed, need = np.array(found["crossed"]), np.array(found["need"])
+        assert (crossed >= need).all(), f"{name}: less crossed than needed\n{found['text']}"
+        assert (crossed - need <= 2 * 2 * 4 + 8).all(), f"{name}: more than flags crossed\n{found['text']}"
+        assert need.sum() > 0
