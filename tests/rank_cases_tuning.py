@@ -5,6 +5,8 @@ to be seen at work). The test sets ``IRIS_AUTOTUNE_CACHE`` to a file of its own.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import warnings
@@ -12,7 +14,7 @@ import warnings
 import torch
 
 import iris
-from iris.ccl import Config, TuningWarning, tuning
+from iris.ccl import AUTOTUNE, Config, TuningWarning, tuning
 
 
 def _tuning_warnings(call) -> list[str]:
@@ -75,7 +77,7 @@ def autotune_off_uses_the_nearest_world(table_dir):
     """A table for this 'GPU' (the CPU, here) at another world size: with autotuning off, its row is used and the
     world size it was measured at is named."""
     ctx = iris.iris("32MiB", backend="cpu")
-    iris.ccl.AUTOTUNE = False
+    tuning.set_autotune(False)
     tuning.TABLES = __import__("pathlib").Path(table_dir)
     tuning.table_rows.cache_clear()
     inp = ctx.ones(300, dtype=torch.float32)
@@ -84,6 +86,73 @@ def autotune_off_uses_the_nearest_world(table_dir):
     said = _tuning_warnings(lambda: workspace.setdefault("ws", ctx.ccl.all_reduce(out, inp)))
     return {"said": said, "choice": _choice(workspace["ws"]),
             "ok": bool(torch.equal(out, torch.full_like(out, float(ctx.get_num_ranks()))))}
+
+
+def autotune_sentinel_on_cpu_ranks():
+    """Upstream's semantics: AUTOTUNE in one field tunes that field alone (the others kept, the key saying which were
+    tuned), IRIS_AUTOTUNE=0 takes what an unset field would, IRIS_AUTOTUNE_BUDGET counts candidates, a cached tuning
+    answers the next ask without timing; collectives that tune nothing take the sentinel too; the earlier switch
+    still switches, saying what changed."""
+    ctx = iris.iris("32MiB", backend="cpu")
+    world = ctx.get_num_ranks()
+    inp = ctx.ones(384, dtype=torch.float32)
+    out = ctx.zeros_like(inp)
+    done = {}
+
+    def right() -> bool:
+        return bool(torch.equal(out, torch.full_like(out, float(world))))
+
+    # one field asked for on the CPU: refused, saying why, and the call runs right with what None would give
+    done["refused_said"] = _tuning_warnings(
+        lambda: ctx.ccl.all_reduce(out, inp, config=Config(all_reduce_variant=AUTOTUNE)))
+    done["refused_ok"] = right()
+
+    # IRIS_AUTOTUNE=0: the asked field takes what an unset one would; nothing tuned, nothing said (upstream's)
+    os.environ["IRIS_AUTOTUNE"] = "0"
+    out.zero_()
+    done["off_said"] = _tuning_warnings(
+        lambda: ctx.ccl.all_reduce(out, inp, config=Config(all_reduce_variant=AUTOTUNE, num_warps=2)))
+    done["off_ok"] = right()
+    os.environ.pop("IRIS_AUTOTUNE")
+
+    # the tuner at work (IRIS_AUTOTUNE_ANYWAY) on the variant alone, 2 candidates at most, each one printed
+    os.environ.update(IRIS_AUTOTUNE_ANYWAY="1", IRIS_AUTOTUNE_BUDGET="2", IRIS_AUTOTUNE_VERBOSE="1")
+    out.zero_()
+    printed = io.StringIO()
+    with contextlib.redirect_stderr(printed), warnings.catch_warnings():
+        warnings.simplefilter("ignore", TuningWarning)
+        workspace = ctx.ccl.all_reduce(out, inp, config=Config(all_reduce_variant=AUTOTUNE, block_size=64))
+    for name in ("IRIS_AUTOTUNE_ANYWAY", "IRIS_AUTOTUNE_BUDGET", "IRIS_AUTOTUNE_VERBOSE"):
+        os.environ.pop(name)
+    done["tuned_ok"] = right()
+    done["tuned"] = _choice(workspace)
+    done["printed"] = [line for line in printed.getvalue().splitlines() if line.startswith("[iris autotune]")]
+    ctx.barrier()
+    done["cache"] = json.loads(tuning.cache_path().read_text())
+
+    # asked again in a process that forgot (its memory cleared), without IRIS_AUTOTUNE_ANYWAY: the cache answers,
+    # nothing is timed, nothing refused
+    tuning._memo.clear()
+    out.zero_()
+    again = {}
+    done["again_said"] = _tuning_warnings(lambda: again.setdefault("ws", ctx.ccl.all_reduce(
+        out, inp, config=Config(all_reduce_variant=AUTOTUNE, block_size=64))))
+    done["again"], done["again_ok"] = _choice(again["ws"]), right()
+
+    # a collective that tunes nothing takes Config.autotune() as it takes Config(): the sentinels become unset
+    data = ctx.full((100,), float(ctx.get_rank() + 1), dtype=torch.float32)
+    ctx.ccl.broadcast(data, src=0, config=Config.autotune())
+    done["broadcast_ok"] = bool((data == 1.0).all())
+
+    # the earlier switch: still switches, with a DeprecationWarning naming what to write instead
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        iris.ccl.AUTOTUNE = False
+    done["switch_said"] = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+    done["switched_off"] = not tuning.autotune_on() and iris.ccl.AUTOTUNE is AUTOTUNE
+    tuning.set_autotune(None)
+    ctx.barrier()
+    return done
 
 
 def _tune_on_gpu(ctx, collective: str, out, inp) -> dict:

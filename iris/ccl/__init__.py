@@ -35,6 +35,10 @@ Examples
 >>> ws = ctx.ccl.all_reduce(out, inp, config=iris.ccl.Config(all_reduce_variant="two_shot"))
 """
 
+import sys
+import types
+import warnings
+
 from . import p2p
 from .all_gather import all_gather, all_gather_preamble
 from .all_reduce import all_reduce, all_reduce_preamble
@@ -42,26 +46,49 @@ from .all_to_all import all_to_all
 from .all_to_all_v import all_to_all_v
 from .barrier import device_barrier
 from .broadcast import broadcast
-from .config import (ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, BROADCAST_VARIANTS, REDUCE_VARIANTS,
-                     Config, ReduceOp)
+from .config import (
+    ALL_GATHER_VARIANTS,
+    ALL_REDUCE_VARIANTS,
+    ALL_TO_ALL_VARIANTS,
+    AUTOTUNE,
+    BROADCAST_VARIANTS,
+    REDUCE_VARIANTS,
+    Config,
+    ReduceOp,
+)
 from .gather import gather
 from .namespace import CCL
 from .p2p import P2POp, batch_isend_irecv, init_p2p, irecv, isend, recv, send, sendrecv
 from .reduce import reduce, reduce_preamble
 from .reduce_scatter import owned_range, reduce_scatter
-from .scatter import scatter
 from .rules import choose_variant
-from .tuning import TuningWarning, env_autotune
+from .scatter import scatter
+from .tuning import TuningWarning, set_autotune
 from .workspace import Work, Workspace
 
-# Upstream Iris's switch: whether a call whose GPU and world size the shipped tables lack tunes its unset Config
-# fields at its first shape (iris.ccl.tuning). Starts from IRIS_AUTOTUNE; a program may set it.
-AUTOTUNE = env_autotune()
+
+class _Package(types.ModuleType):
+    """``iris.ccl`` itself: an assignment of True or False to ``AUTOTUNE`` (this project's earlier switch) turns
+    tuning on or off as :func:`iris.ccl.tuning.set_autotune` does, with a DeprecationWarning; ``AUTOTUNE`` stays
+    upstream's sentinel."""
+
+    def __setattr__(self, name, value):
+        if name == "AUTOTUNE" and isinstance(value, bool):
+            warnings.warn(f"iris.ccl.AUTOTUNE = {value}: AUTOTUNE is upstream Iris's sentinel now, placed in the "
+                          "Config fields to tune (Config(all_reduce_variant=iris.ccl.AUTOTUNE)); tuning is turned "
+                          f"{'on' if value else 'off'} as asked: say it as iris.ccl.tuning.set_autotune({value}) (or "
+                          "IRIS_AUTOTUNE=0 in the environment)", DeprecationWarning, stacklevel=2)
+            set_autotune(value)
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "ALL_GATHER_VARIANTS", "ALL_REDUCE_VARIANTS", "ALL_TO_ALL_VARIANTS", "AUTOTUNE", "BROADCAST_VARIANTS", "CCL",
     "Config", "P2POp", "REDUCE_VARIANTS", "ReduceOp", "TuningWarning", "Work", "Workspace", "all_gather", "all_gather_preamble", "all_reduce",
     "all_reduce_preamble", "all_to_all", "all_to_all_v", "batch_isend_irecv", "broadcast", "choose_variant", "device_barrier",
     "gather", "init_p2p", "irecv", "isend", "owned_range", "p2p", "recv", "reduce", "reduce_preamble",
-    "reduce_scatter", "scatter", "send", "sendrecv",
+    "reduce_scatter", "scatter", "send", "sendrecv", "set_autotune",
 ]

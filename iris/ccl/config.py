@@ -13,8 +13,9 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import IntEnum
+from types import SimpleNamespace
 
 from triton.language import TRITON_MAX_TENSOR_NUMEL
 
@@ -31,6 +32,53 @@ MAX_WARPS = 32  # 1024 threads, CUDA's largest block
 GLUON_COLLECTIVES = ("all_gather", "all_to_all")  # those with Gluon kernels (Config.use_gluon)
 # What a field left unset (None) becomes where no tuning, cache or table chose it (iris.ccl.tuning).
 DEFAULTS = {"num_warps": 8, "block_size_m": 32, "block_size_n": 64}
+# The fields each collective's tuning chooses (iris.ccl.tuning); the others are the caller's.
+TUNED_FIELDS = {
+    "all_reduce": ("all_reduce_variant", "block_size", "comm_sms", "num_warps"),
+    "all_gather": ("all_gather_variant", "block_size", "comm_sms", "num_warps"),
+    "reduce_scatter": ("reduce_scatter_variant", "block_size", "comm_sms", "num_warps"),
+    "all_to_all": ("all_to_all_variant", "block_size_m", "block_size_n", "comm_sms", "num_warps"),
+}
+# Fields upstream Iris tunes for its AMD kernels, which mean nothing to these: AUTOTUNE there is accepted and becomes
+# the field's default.
+AMD_TUNED_FIELDS = ("swizzle_size", "num_stages", "waves_per_eu", "all_reduce_distribution")
+TUNABLE_FIELDS = tuple(dict.fromkeys([name for names in TUNED_FIELDS.values() for name in names]
+                                     + list(AMD_TUNED_FIELDS)))
+UNTUNED_COLLECTIVES_FIELDS = ("broadcast_variant", "reduce_variant")  # chosen by size; not tuned yet
+
+
+class _Autotune:
+    """The type of :data:`AUTOTUNE`, upstream Iris's sentinel (one object: compare with ``is``)."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "AUTOTUNE"
+
+    def __reduce__(self):  # pickled and copied as the one object
+        return "AUTOTUNE"
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __bool__(self):
+        raise TypeError("iris.ccl.AUTOTUNE is upstream Iris's sentinel, not a switch: put it in the Config fields to "
+                        "tune (Config(all_reduce_variant=AUTOTUNE)) and compare with `is`; whether autotuning is on: "
+                        "iris.ccl.tuning.autotune_on() (IRIS_AUTOTUNE=0 turns it off)")
+
+
+AUTOTUNE = _Autotune()
+"""Upstream Iris's marker of a :class:`Config` field to tune: ``Config(all_reduce_variant=AUTOTUNE)`` tunes the variant
+at the first call of each shape (and keeps the other fields as given), ``Config.autotune(**fixed)`` marks every tunable
+field but ``fixed``. :mod:`iris.ccl.tuning` says how, and what None (unset) means instead."""
 
 
 def is_power_of_two(value: int) -> bool:
@@ -120,8 +168,14 @@ class Config:
         An AMD occupancy hint (>= 0; 0: the compiler chooses). NVIDIA GPUs and the CPU have no such knob:
         without effect here.
     tune : bool
-        True (what :meth:`autotune` gives): the fields left None are tuned at this call's first shape, whatever
-        the shipped table says (:mod:`iris.ccl.tuning`).
+        The older spelling of :meth:`autotune`: True marks every tunable field left None with :data:`AUTOTUNE` (and
+        reads False after).
+
+    Any tunable field (:data:`TUNABLE_FIELDS`: the variants of all_reduce, all_gather, reduce_scatter and all_to_all,
+    ``block_size``, ``block_size_m``, ``block_size_n``, ``comm_sms``, ``num_warps``, and upstream's AMD-only
+    ``swizzle_size``, ``num_stages``, ``waves_per_eu``, ``all_reduce_distribution``) may hold :data:`AUTOTUNE`:
+    tuned at the first call of each shape (:mod:`iris.ccl.tuning`; the AMD-only ones have nothing to tune here and
+    take their defaults). ``broadcast_variant`` and ``reduce_variant`` are not tuned yet and refuse it.
 
     Examples
     --------
@@ -154,88 +208,161 @@ class Config:
 
     @classmethod
     def autotune(cls, **fixed) -> Config:
-        """A config whose unset fields are tuned at the first call of each shape (upstream Iris's
-        ``Config.autotune()``); ``fixed`` fields are kept.
+        """Upstream Iris's ``Config.autotune(**fixed)``: every tunable field :data:`AUTOTUNE` but those in ``fixed``,
+        which are kept; the tuning runs at the first call of each shape (cached: the next call and the next process
+        of this machine reuse it).
 
         Examples
         --------
-        >>> Config.autotune(num_warps=4).tune, Config.autotune(num_warps=4).num_warps
-        (True, 4)
+        >>> config = Config.autotune(num_warps=4)
+        >>> config.num_warps, config.block_size, "all_reduce_variant" in config.get_autotune_fields()
+        (4, AUTOTUNE, True)
         """
-        return cls(**fixed, tune=True)
+        unknown = sorted(set(fixed) - {f.name for f in fields(cls)})
+        if unknown:
+            raise TypeError(f"Config.autotune: no Config field named {', '.join(unknown)}")
+        return cls(**{**{name: AUTOTUNE for name in TUNABLE_FIELDS}, **fixed})
+
+    def get_autotune_fields(self) -> list[str]:
+        """The fields that hold :data:`AUTOTUNE` (upstream's name).
+
+        Examples
+        --------
+        >>> Config(all_reduce_variant=AUTOTUNE, num_warps=4).get_autotune_fields()
+        ['all_reduce_variant']
+        """
+        return [f.name for f in fields(self) if getattr(self, f.name) is AUTOTUNE]
+
+    @classmethod
+    def get_tunable_fields(cls, collective: str) -> list[str]:
+        """The fields a tuning of ``collective`` chooses here (all_reduce, all_gather, reduce_scatter, all_to_all).
+
+        Examples
+        --------
+        >>> Config.get_tunable_fields("all_gather")
+        ['all_gather_variant', 'block_size', 'comm_sms', 'num_warps']
+        """
+        if collective not in TUNED_FIELDS:
+            raise ValueError(f"{collective!r} is not tuned: the tuned collectives are {', '.join(TUNED_FIELDS)}")
+        return list(TUNED_FIELDS[collective])
+
+    def with_resolved(self, **values) -> Config:
+        """A copy with ``values`` in their fields (upstream's name; checked as any Config)."""
+        return replace(self, **values)
 
     def with_defaults(self) -> Config:
-        """This config with :data:`DEFAULTS` in the fields still unset.
+        """This config as a kernel runs it: :data:`AUTOTUNE` left in a field (a collective that tunes nothing, or a
+        tuning refused) becomes unset, then :data:`DEFAULTS` fill the fields still unset (the size rules choose the
+        rest); upstream's AMD-only fields take their defaults.
 
         Examples
         --------
         >>> Config().with_defaults().num_warps
         8
+        >>> Config.autotune().with_defaults().get_autotune_fields()
+        []
         """
-        unset = {name: value for name, value in DEFAULTS.items() if getattr(self, name) is None}
-        return replace(self, **unset) if unset else self
+        values = {name: (field_default(name) if name in AMD_TUNED_FIELDS else None)
+                  for name in self.get_autotune_fields()}
+        values.update({name: value for name, value in DEFAULTS.items()
+                       if values.get(name, getattr(self, name)) is None})
+        return replace(self, **values) if values else self
 
     def __post_init__(self):
-        if self.all_reduce_variant not in (None, *ALL_REDUCE_VARIANTS):
-            raise ValueError(f"all_reduce_variant={self.all_reduce_variant!r}: use one of {ALL_REDUCE_VARIANTS} "
-                             "or None (chosen by size)")
-        if self.all_gather_variant not in (None, *ALL_GATHER_VARIANTS, *UPSTREAM_ALL_GATHER_VARIANTS):
-            raise ValueError(f"all_gather_variant={self.all_gather_variant!r}: use one of {ALL_GATHER_VARIANTS} "
-                             "or None (chosen by size)")
-        if self.all_to_all_variant not in (None, *ALL_TO_ALL_VARIANTS):
-            raise ValueError(f"all_to_all_variant={self.all_to_all_variant!r}: use one of {ALL_TO_ALL_VARIANTS} "
-                             "or None (chosen by measurement or size)")
-        if self.broadcast_variant not in (None, *BROADCAST_VARIANTS):
-            raise ValueError(f"broadcast_variant={self.broadcast_variant!r}: use one of {BROADCAST_VARIANTS} or None "
-                             "(chosen by size)")
-        if self.reduce_variant not in (None, *REDUCE_VARIANTS):
-            raise ValueError(f"reduce_variant={self.reduce_variant!r}: use one of {REDUCE_VARIANTS} or None "
-                             "(chosen by size)")
-        if self.reduce_scatter_variant not in (None, *REDUCE_SCATTER_VARIANTS):
-            raise ValueError(f"reduce_scatter_variant={self.reduce_scatter_variant!r}: use one of "
-                             f"{REDUCE_SCATTER_VARIANTS} or None (chosen by measurement or size)")
-        for name in ("block_size", "block_size_m", "block_size_n", "comm_sms", "num_warps", "num_xcds", "chunk_size",
-                     "all_reduce_ring_slice_n", "swizzle_size", "all_reduce_num_rings", "num_stages", "waves_per_eu"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise TypeError(f"Config({name}={value!r}): use an int")
-        if self.block_size is not None and not (is_power_of_two(self.block_size)
-                                                and MIN_BLOCK <= self.block_size <= MAX_BLOCK):
-            raise ValueError(f"Config(block_size={self.block_size}): the flat kernels' blocks (tl.arange) need a power "
-                             f"of two from {MIN_BLOCK} to {MAX_BLOCK}; use "
-                             f"{min(max(nearest_power_of_two(self.block_size), MIN_BLOCK), MAX_BLOCK)} "
-                             "for instance")
-        for name in ("block_size_m", "block_size_n"):
-            value = getattr(self, name)
-            if value is not None and not is_power_of_two(value):
-                raise ValueError(f"Config({name}={value}): all_to_all's tile (tl.arange) needs a power of two; use "
-                                 f"{nearest_power_of_two(value)} for instance")
-        tile_m, tile_n = (DEFAULTS[name] if getattr(self, name) is None else getattr(self, name)
-                          for name in ("block_size_m", "block_size_n"))
-        if tile_m * tile_n > MAX_BLOCK:
-            raise ValueError(f"Config(block_size_m={tile_m}, block_size_n={tile_n}): a tile of {tile_m * tile_n} "
-                             f"elements is over Triton's {MAX_BLOCK}; use smaller tiles")
-        if self.num_warps is not None and not (is_power_of_two(self.num_warps) and self.num_warps <= MAX_WARPS):
-            raise ValueError(f"Config(num_warps={self.num_warps}): Triton launches a power of two of warps, at most "
-                             f"{MAX_WARPS} on NVIDIA GPUs; use {min(nearest_power_of_two(self.num_warps), MAX_WARPS)}")
-        for name in ("comm_sms", "num_xcds", "chunk_size", "all_reduce_ring_slice_n"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"{name}={value}: use a positive number or None")
-        if self.swizzle_size <= 0 or self.all_reduce_num_rings <= 0:
-            raise ValueError(f"Config(swizzle_size={self.swizzle_size}, all_reduce_num_rings="
-                             f"{self.all_reduce_num_rings}): both must be positive")
-        if self.num_stages < 1 or self.waves_per_eu < 0:
-            raise ValueError(f"num_stages={self.num_stages}, waves_per_eu={self.waves_per_eu}: "
-                             "num_stages must be >= 1 and waves_per_eu >= 0 (0: the compiler chooses)")
-        if self.threads_per_warp not in (32, 64):
-            raise ValueError(f"threads_per_warp={self.threads_per_warp}: a warp has 32 threads (NVIDIA) or 64 (AMD)")
-        if self.all_reduce_distribution not in (0, 1):
-            raise ValueError(f"all_reduce_distribution={self.all_reduce_distribution}: use 0 (striding) or 1 (block)")
-        if not isinstance(self.use_gluon, bool):
-            raise TypeError(f"Config(use_gluon={self.use_gluon!r}): use True or False")
-        if not isinstance(self.tune, bool):
-            raise TypeError(f"Config(tune={self.tune!r}): use True or False")
+        if self.tune is True:  # the older spelling of Config.autotune(): every unset tunable field
+            for name in TUNABLE_FIELDS:
+                if getattr(self, name) is None:
+                    setattr(self, name, AUTOTUNE)
+            self.tune = False
+        refused = [name for name in self.get_autotune_fields() if name not in TUNABLE_FIELDS]
+        if refused:
+            untuned = [name for name in refused if name in UNTUNED_COLLECTIVES_FIELDS]
+            raise ValueError(
+                f"Config({refused[0]}=AUTOTUNE): " + (
+                    f"{refused[0]} is not tuned yet: leave it None (chosen by size) or name a variant"
+                    if untuned else f"{refused[0]} is not a tunable field; the tunable ones are "
+                    f"{', '.join(TUNABLE_FIELDS)}"))
+        _validate(SimpleNamespace(**self._without_autotune()))
+
+    def _without_autotune(self) -> dict:
+        """The field values to check: :data:`AUTOTUNE` in a tunable field checks as unset (or as the default)."""
+        return {f.name: (None if f.name not in AMD_TUNED_FIELDS else field_default(f.name))
+                if getattr(self, f.name) is AUTOTUNE else getattr(self, f.name) for f in fields(self)}
+
+
+def _validate(config: SimpleNamespace) -> None:
+    """Config's checks, on its field values (:data:`AUTOTUNE` read as unset: see ``Config._without_autotune``)."""
+    if config.all_reduce_variant not in (None, *ALL_REDUCE_VARIANTS):
+        raise ValueError(f"all_reduce_variant={config.all_reduce_variant!r}: use one of {ALL_REDUCE_VARIANTS} "
+                         "or None (chosen by size)")
+    if config.all_gather_variant not in (None, *ALL_GATHER_VARIANTS, *UPSTREAM_ALL_GATHER_VARIANTS):
+        raise ValueError(f"all_gather_variant={config.all_gather_variant!r}: use one of {ALL_GATHER_VARIANTS} "
+                         "or None (chosen by size)")
+    if config.all_to_all_variant not in (None, *ALL_TO_ALL_VARIANTS):
+        raise ValueError(f"all_to_all_variant={config.all_to_all_variant!r}: use one of {ALL_TO_ALL_VARIANTS} "
+                         "or None (chosen by measurement or size)")
+    if config.broadcast_variant not in (None, *BROADCAST_VARIANTS):
+        raise ValueError(f"broadcast_variant={config.broadcast_variant!r}: use one of {BROADCAST_VARIANTS} or None "
+                         "(chosen by size)")
+    if config.reduce_variant not in (None, *REDUCE_VARIANTS):
+        raise ValueError(f"reduce_variant={config.reduce_variant!r}: use one of {REDUCE_VARIANTS} or None "
+                         "(chosen by size)")
+    if config.reduce_scatter_variant not in (None, *REDUCE_SCATTER_VARIANTS):
+        raise ValueError(f"reduce_scatter_variant={config.reduce_scatter_variant!r}: use one of "
+                         f"{REDUCE_SCATTER_VARIANTS} or None (chosen by measurement or size)")
+    for name in ("block_size", "block_size_m", "block_size_n", "comm_sms", "num_warps", "num_xcds", "chunk_size",
+                 "all_reduce_ring_slice_n", "swizzle_size", "all_reduce_num_rings", "num_stages", "waves_per_eu"):
+        value = getattr(config, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"Config({name}={value!r}): use an int")
+    if config.block_size is not None and not (is_power_of_two(config.block_size)
+                                            and MIN_BLOCK <= config.block_size <= MAX_BLOCK):
+        raise ValueError(f"Config(block_size={config.block_size}): the flat kernels' blocks (tl.arange) need a power "
+                         f"of two from {MIN_BLOCK} to {MAX_BLOCK}; use "
+                         f"{min(max(nearest_power_of_two(config.block_size), MIN_BLOCK), MAX_BLOCK)} "
+                         "for instance")
+    for name in ("block_size_m", "block_size_n"):
+        value = getattr(config, name)
+        if value is not None and not is_power_of_two(value):
+            raise ValueError(f"Config({name}={value}): all_to_all's tile (tl.arange) needs a power of two; use "
+                             f"{nearest_power_of_two(value)} for instance")
+    tile_m, tile_n = (DEFAULTS[name] if getattr(config, name) is None else getattr(config, name)
+                      for name in ("block_size_m", "block_size_n"))
+    if tile_m * tile_n > MAX_BLOCK:
+        raise ValueError(f"Config(block_size_m={tile_m}, block_size_n={tile_n}): a tile of {tile_m * tile_n} "
+                         f"elements is over Triton's {MAX_BLOCK}; use smaller tiles")
+    if config.num_warps is not None and not (is_power_of_two(config.num_warps) and config.num_warps <= MAX_WARPS):
+        raise ValueError(f"Config(num_warps={config.num_warps}): Triton launches a power of two of warps, at most "
+                         f"{MAX_WARPS} on NVIDIA GPUs; use {min(nearest_power_of_two(config.num_warps), MAX_WARPS)}")
+    for name in ("comm_sms", "num_xcds", "chunk_size", "all_reduce_ring_slice_n"):
+        value = getattr(config, name)
+        if value is not None and value <= 0:
+            raise ValueError(f"{name}={value}: use a positive number or None")
+    if config.swizzle_size <= 0 or config.all_reduce_num_rings <= 0:
+        raise ValueError(f"Config(swizzle_size={config.swizzle_size}, all_reduce_num_rings="
+                         f"{config.all_reduce_num_rings}): both must be positive")
+    if config.num_stages < 1 or config.waves_per_eu < 0:
+        raise ValueError(f"num_stages={config.num_stages}, waves_per_eu={config.waves_per_eu}: "
+                         "num_stages must be >= 1 and waves_per_eu >= 0 (0: the compiler chooses)")
+    if config.threads_per_warp not in (32, 64):
+        raise ValueError(f"threads_per_warp={config.threads_per_warp}: a warp has 32 threads (NVIDIA) or 64 (AMD)")
+    if config.all_reduce_distribution not in (0, 1):
+        raise ValueError(f"all_reduce_distribution={config.all_reduce_distribution}: use 0 (striding) or 1 (block)")
+    if not isinstance(config.use_gluon, bool):
+        raise TypeError(f"Config(use_gluon={config.use_gluon!r}): use True or False")
+    if not isinstance(config.tune, bool):
+        raise TypeError(f"Config(tune={config.tune!r}): use True or False")
+
+
+def field_default(name: str):
+    """The default value of Config's field ``name``.
+
+    Examples
+    --------
+    >>> field_default("swizzle_size")
+    6
+    """
+    return Config.__dataclass_fields__[name].default
 
 
 def refuse_gluon(ctx, config: Config | None, collective: str) -> None:

@@ -1,27 +1,41 @@
 """Choices made by measurement: a collective's variant, block, grid and warps for this GPU, world size, dtype and
-size, upstream Iris's autotuning interface over them.
+size, behind upstream Iris's autotuning interface with upstream's semantics.
 
-A collective call fills each field of its :class:`~iris.ccl.Config` that the caller left unset (None), from the
-first of:
+Each tuned field of a :class:`~iris.ccl.Config` (:data:`~iris.ccl.config.TUNED_FIELDS`) holds one of three things:
 
-1. this machine's tunings, a disk cache keyed by collective, shape, dtype, world size, GPU, the fields the caller
-   fixed and the torch/triton versions (``~/.cache/iris/ccl-tuning.json``; ``IRIS_AUTOTUNE_CACHE`` to move it);
-2. the table shipped for this GPU model and world size (``iris/ccl/tables/*.json``, made by
-   ``benchmarks/tune_ccl.py`` on the GPUs named in it): the row of the nearest size at or below this one;
-3. a tuning now, when autotuning is on (``iris.ccl.AUTOTUNE``, ``IRIS_AUTOTUNE=0`` turns it off) and neither
-   has a row: candidates (each variant with its own block, grid and warps) timed as CUDA-graph replays with
-   every rank in step, rank 0's winner used by every rank and written to the cache; ``IRIS_AUTOTUNE_BUDGET``
-   seconds at most (default 20), ``IRIS_AUTOTUNE_VERBOSE=1`` prints each candidate's time;
-4. with autotuning off, the table's row for the nearest world size, said once;
-5. the size rules (:func:`iris.ccl.rules.choose_variant`...) and the defaults.
+* a value: kept (and part of the cache key);
+* :data:`iris.ccl.AUTOTUNE`, upstream's sentinel (``Config(all_reduce_variant=AUTOTUNE)``; ``Config.autotune(**fixed)``
+  marks every tunable field but ``fixed``; ``Config.get_autotune_fields()`` lists them): tuned at the first call of
+  each shape, the other fields kept as given, unless this machine has that tuning cached already;
+* None (unset, the default; ``config=None`` is all unset): chosen by measurement, the first of
+  1. this machine's tunings, a disk cache keyed by collective, shape, dtype, world size, GPU, the fields the caller
+     fixed and the torch/triton versions (``~/.cache/iris/ccl-tuning.json``; ``IRIS_AUTOTUNE_CACHE`` to move it);
+  2. the table shipped for this GPU model and world size (``iris/ccl/tables/*.json``, made by
+     ``benchmarks/tune_ccl.py`` on the GPUs named in it): the row of the nearest size at or below this one;
+  3. a tuning now, when neither has a row and autotuning is on: so ``config=None`` tunes every tunable field where
+     nothing is measured, as upstream's does;
+  4. with autotuning off, the table's row for the nearest world size, said once;
+  5. the size rules (:func:`iris.ccl.rules.choose_variant`...) and the defaults.
 
-``Config.autotune()`` asks for a tuning now, whatever the table says. Timings mean nothing on the CPU
-interpreter or on ranks that share a GPU: there a tuning asked for is refused with a warning saying so, and the
-table or the defaults are used.
+A tuning times candidates (each variant with its own block, grid and warps) as CUDA-graph replays with every rank in
+step; rank 0's winner is used by every rank and written to the cache. ``IRIS_AUTOTUNE=0`` turns tuning off (fields
+marked AUTOTUNE then take what None would: the table, else the defaults; :func:`set_autotune` says the same from a
+program), ``IRIS_AUTOTUNE_BUDGET`` counts the candidate configs a tuning may time (default 50; ``"20s"`` gives
+seconds instead), ``IRIS_AUTOTUNE_VERBOSE=1`` prints each candidate's time (rank 0, stderr). Timings mean nothing on
+the CPU interpreter or on ranks that share a GPU: there a tuning asked for is refused with a warning saying so, and
+the table or the defaults are used (``IRIS_AUTOTUNE_ANYWAY=1`` runs the tuner all the same, to watch it).
+
+What changed for programs written against this project's earlier interface: ``iris.ccl.AUTOTUNE`` was a switch and
+is the sentinel now; ``iris.ccl.AUTOTUNE = False`` still turns tuning off, with a ``DeprecationWarning`` naming
+:func:`set_autotune`, and reading it as a truth value raises a ``TypeError`` that says so. ``IRIS_AUTOTUNE_BUDGET``
+counted seconds; a number with a fraction is refused, naming both forms. ``Config(tune=True)`` still means
+``Config.autotune()``.
 
 Examples
 --------
->>> config = iris.ccl.Config.autotune(num_warps=8)       # tune the rest, keep 8 warps   # doctest: +SKIP
+>>> from iris.ccl import AUTOTUNE, Config
+>>> ctx.ccl.all_reduce(out, inp, config=Config(all_reduce_variant=AUTOTUNE))   # tune the variant  # doctest: +SKIP
+>>> config = Config.autotune(num_warps=8)       # tune the rest, keep 8 warps   # doctest: +SKIP
 >>> ctx.ccl.all_reduce(out, inp, config=config)                                         # doctest: +SKIP
 """
 
@@ -32,6 +46,7 @@ import functools
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,22 +54,17 @@ import torch
 
 from ..base.gpu_specs import find as find_gpu_spec
 from ..base.warning_site import warn_once
-from .config import DEFAULTS, Config
+from .config import AUTOTUNE, DEFAULTS, TUNED_FIELDS, Config
 
 TABLES = Path(__file__).resolve().parent / "tables"
 _memo: dict[str, dict] = {}  # this process's tunings, by cache key: a tuned shape asks the disk once
-DEFAULT_BUDGET_S = 20.0
+_refused: set[str] = set()  # keys whose tuning was asked for and refused here (timings mean nothing)
+DEFAULT_BUDGET = 50  # candidate configs a tuning may time (upstream's IRIS_AUTOTUNE_BUDGET default)
+_switch: list[bool] = []  # set_autotune's word, which wins over IRIS_AUTOTUNE
 # A candidate replaces the best so far only when this much faster: about the spread of one graph-timed point between
 # runs (2x H200, 2026-11-28: tuned choices of the same point moved within 1-2%), so noise does not choose.
 MARGIN = 0.02
 
-# The fields each collective's tuning chooses; the others are the caller's.
-TUNED_FIELDS = {
-    "all_reduce": ("all_reduce_variant", "block_size", "comm_sms", "num_warps"),
-    "all_gather": ("all_gather_variant", "block_size", "comm_sms", "num_warps"),
-    "reduce_scatter": ("reduce_scatter_variant", "block_size", "comm_sms", "num_warps"),
-    "all_to_all": ("all_to_all_variant", "block_size_m", "block_size_n", "comm_sms", "num_warps"),
-}
 
 
 class TuningWarning(UserWarning):
@@ -62,21 +72,58 @@ class TuningWarning(UserWarning):
 
 
 def autotune_on() -> bool:
-    """``iris.ccl.AUTOTUNE``: the package's attribute, which a program may set (its start value: ``IRIS_AUTOTUNE``,
-    on unless "0", "false" or "no")."""
-    return bool(getattr(sys.modules[__package__], "AUTOTUNE", True))
+    """Whether calls tune: :func:`set_autotune`'s word if a program said one, else ``IRIS_AUTOTUNE`` as it is now (on
+    unless "0", "false", "no" or "off"; upstream reads it at each call too)."""
+    return _switch[-1] if _switch else env_autotune()
+
+
+def set_autotune(on: bool | None) -> None:
+    """Turn tuning on or off for this process (None: back to ``IRIS_AUTOTUNE``). What ``iris.ccl.AUTOTUNE = False``
+    did before ``AUTOTUNE`` became upstream's sentinel (that assignment still lands here, with a
+    ``DeprecationWarning``).
+
+    Examples
+    --------
+    >>> set_autotune(False); autotune_on()
+    False
+    >>> set_autotune(None)
+    """
+    if on is not None and not isinstance(on, bool):
+        raise TypeError(f"set_autotune({on!r}): use True, False or None (IRIS_AUTOTUNE decides)")
+    _switch[:] = [] if on is None else [on]
 
 
 def env_autotune() -> bool:
     return os.environ.get("IRIS_AUTOTUNE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def budget_s() -> float:
-    text = os.environ.get("IRIS_AUTOTUNE_BUDGET", "")
+def budget() -> tuple[str, float]:
+    """``IRIS_AUTOTUNE_BUDGET``: ``("candidates", n)``, the candidate configs a tuning may time (upstream's meaning,
+    default :data:`DEFAULT_BUDGET`), or ``("seconds", s)`` for a value written with an ``s`` (``"20s"``: this
+    project's earlier meaning, now spelled so). A number with a fraction is refused, saying both forms.
+
+    Examples
+    --------
+    >>> import os; os.environ["IRIS_AUTOTUNE_BUDGET"] = "20s"; budget()
+    ('seconds', 20.0)
+    >>> del os.environ["IRIS_AUTOTUNE_BUDGET"]; budget()
+    ('candidates', 50)
+    """
+    text = os.environ.get("IRIS_AUTOTUNE_BUDGET", "").strip()
+    if not text:
+        return "candidates", DEFAULT_BUDGET
     try:
-        return float(text) if text.strip() else DEFAULT_BUDGET_S
+        if text.lower().endswith("s"):
+            seconds = float(text[:-1])
+            if seconds > 0:
+                return "seconds", seconds
+        elif int(text) >= 1:
+            return "candidates", int(text)
     except ValueError:
-        raise ValueError(f"IRIS_AUTOTUNE_BUDGET={text!r}: give the seconds a tuning may take, e.g. 20") from None
+        pass
+    raise ValueError(f"IRIS_AUTOTUNE_BUDGET={text!r}: give the number of candidate configs a tuning may time, e.g. "
+                     f"{DEFAULT_BUDGET} (upstream Iris's meaning), or seconds with an s, e.g. 20s (this budget counted "
+                     "seconds before)")
 
 
 def verbose() -> bool:
@@ -99,13 +146,19 @@ def versions() -> dict:
 
 
 def fixed_fields(collective: str, config: Config) -> dict:
-    """The tuned fields the caller set (not None)."""
-    return {name: getattr(config, name) for name in TUNED_FIELDS[collective] if getattr(config, name) is not None}
+    """The tuned fields the caller set to a value (neither None nor :data:`AUTOTUNE`)."""
+    return {name: getattr(config, name) for name in TUNED_FIELDS[collective]
+            if getattr(config, name) is not None and getattr(config, name) is not AUTOTUNE}
 
 
-def cache_key(collective: str, shape, dtype: torch.dtype, world: int, gpu: str, fixed: dict) -> str:
+def cache_key(collective: str, shape, dtype: torch.dtype, world: int, gpu: str, fixed: dict, tuned=None) -> str:
+    """The key of a choice: the collective, shape, dtype, world size, GPU and the fields the caller fixed; ``tuned``
+    names the fields a tuning chose when they are not all those left open (``Config(all_reduce_variant=AUTOTUNE)``
+    with the rest unset)."""
     fixed_text = ",".join(f"{k}={v}" for k, v in sorted(fixed.items()))
-    return f"{collective}|{'x'.join(map(str, shape))}|{str(dtype).removeprefix('torch.')}|{world}|{gpu}|{fixed_text}"
+    tuned_text = "" if not tuned else f"|tuned={','.join(sorted(tuned))}"
+    return (f"{collective}|{'x'.join(map(str, shape))}|{str(dtype).removeprefix('torch.')}|{world}|{gpu}|{fixed_text}"
+            f"{tuned_text}")
 
 
 def cache_path() -> Path:
@@ -211,40 +264,74 @@ def tune_anyway() -> bool:
     return os.environ.get("IRIS_AUTOTUNE_ANYWAY", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+_tuning = threading.local()  # active while a candidate runs: the collective it calls takes its config as given
+
+
 def tuned_config(ctx, collective: str, config: Config | None, tensor: torch.Tensor, members, run) -> Config:
-    """``config`` with the tuned fields the caller left unset filled in (see the module); collective over
-    ``members`` when it tunes.
+    """``config`` with its tuned fields chosen (see the module): those holding :data:`AUTOTUNE` by a tuning (this
+    machine's cached one, else one now), those left None by this machine's tunings, the shipped table or a tuning
+    now; collective over ``members`` when it tunes or asks the cache for a tuning. The fields of other collectives
+    keep what they hold (``with_defaults`` clears a sentinel left there).
 
     ``run(candidate_config)`` makes one call of the collective with a complete config on scratch tensors of the
     call's shape, for the tuner to time; ``tensor`` is the call's input (its shape, dtype and size key the choice).
     """
     config = config or Config()
-    asked, fixed = config.tune, fixed_fields(collective, config)
-    if len(fixed) == len(TUNED_FIELDS[collective]) and not asked:
+    if getattr(_tuning, "active", False):  # a candidate being timed: its open fields go to the rules
         return config
-    if not asked:
-        row, _ = lookup(ctx, collective, config, tensor, members.size)
-        if row is not None:
-            return chosen_config(config, row, collective, fixed)
-    why_not = "autotuning is off (iris.ccl.AUTOTUNE, IRIS_AUTOTUNE)"
-    if asked or autotune_on():
-        why_not = timings_mean_nothing(ctx, members)
-        if why_not is None or tune_anyway():
-            if why_not is not None:
-                warn_once(f"tuning anyway {why_not}", f"rank {ctx.cur_rank}: tuning {collective} although {why_not} "
-                          "(IRIS_AUTOTUNE_ANYWAY): the choice shows the tuner at work, not what is fast",
-                          TuningWarning, "iris")
-            gpu, world = gpu_model(ctx), members.size
-            key = cache_key(collective, tensor.shape, tensor.dtype, world, gpu, fixed)
-            described = f"{list(tensor.shape)} {str(tensor.dtype).removeprefix('torch.')} on {world} ranks"
-            chosen = tune(ctx, collective, config, fixed, run, members, key, gpu,
-                          tensor.numel() * tensor.element_size(), described)
-            _memo[key] = chosen
-            return dataclasses.replace(config, tune=False, **chosen)
-        if asked:
-            warn_once(f"tuning refused {collective} {why_not}", f"rank {ctx.cur_rank}: Config.autotune() for "
-                      f"{collective}: not tuned, {why_not}; the shipped table's choice or the defaults are used",
+    mine = TUNED_FIELDS[collective]
+    asked = [name for name in mine if getattr(config, name) is AUTOTUNE]
+    unset = [name for name in mine if getattr(config, name) is None]
+    fixed = fixed_fields(collective, config)
+    if not asked and not unset:
+        return config
+    # Fields not asked for keep what they hold, unset ones what this machine's tunings or the table give them.
+    base = dataclasses.replace(config, **{name: None for name in asked})
+    row, _ = lookup(ctx, collective, base, tensor, members.size)
+    if row is not None:
+        base = chosen_config(base, row, collective, fixed)
+    why_not = "autotuning is off (IRIS_AUTOTUNE=0, or iris.ccl.tuning.set_autotune(False))"
+    explicit = bool(asked)
+    if not asked and row is None and autotune_on():
+        asked, unset = unset, []  # nothing measured: config=None tunes every tunable field, as upstream's
+    elif not asked or not autotune_on():
+        return base if row is not None else _unmeasured(ctx, collective, base, tensor, members, fixed, why_not)
+    gpu, world = gpu_model(ctx), members.size
+    # the key names the fields tuned when they are not all those the caller left open (a tuning of fewer differs)
+    key = cache_key(collective, tensor.shape, tensor.dtype, world, gpu, fixed, asked if unset else None)
+    if explicit and key not in _refused:  # asked for: this machine's tuning of it if there is one (rank 0's word)
+        known = _memo.get(key)
+        if known is None:  # the disk may differ between hosts: every rank takes rank 0's answer
+            import torch.distributed as dist
+
+            answer = [chosen_fields(read_cache()[key], collective) if key in read_cache() else None]
+            dist.broadcast_object_list(answer, src=members.ranks[0], group=members.group)
+            known = answer[0]
+        if known is not None:
+            _memo[key] = known
+            return dataclasses.replace(base, **{name: value for name, value in known.items() if name in asked})
+    why_not = timings_mean_nothing(ctx, members)
+    if why_not is None or tune_anyway():
+        if why_not is not None:
+            warn_once(f"tuning anyway {why_not}", f"rank {ctx.cur_rank}: tuning {collective} although {why_not} "
+                      "(IRIS_AUTOTUNE_ANYWAY): the choice shows the tuner at work, not what is fast",
                       TuningWarning, "iris")
+        described = f"{list(tensor.shape)} {str(tensor.dtype).removeprefix('torch.')} on {world} ranks"
+        chosen = tune(ctx, collective, base, fixed, run, members, key, gpu, tensor.numel() * tensor.element_size(),
+                      described, fields=asked)
+        _memo[key] = chosen
+        return dataclasses.replace(base, **chosen)
+    if explicit:  # asked by the caller, not by config=None; the same refusal next time, without asking the cache
+        _refused.add(key)
+        warn_once(f"tuning refused {collective} {why_not}", f"rank {ctx.cur_rank}: {collective} with "
+                  f"{', '.join(asked)}=AUTOTUNE: not tuned, {why_not}; the shipped table's choice or the defaults "
+                  "are used", TuningWarning, "iris")
+    return base if row is not None else _unmeasured(ctx, collective, base, tensor, members, fixed, why_not)
+
+
+def _unmeasured(ctx, collective, config, tensor, members, fixed, why_not) -> Config:
+    """The choice where nothing is measured for this world size and nothing is tuned: the table's row for the
+    nearest world size (said once), else the size rules and defaults (``config`` as it is)."""
     row, source = lookup(ctx, collective, config, tensor, members.size, nearest_world=True)
     if row is None:
         return config
@@ -345,7 +432,7 @@ def time_us(fn, calls: int, group, on_gpu: bool, graph: bool = True) -> float:
     return float(tensor[0])
 
 
-def tune(ctx, collective, config, fixed, run, members, key, gpu, nbytes, described) -> dict:
+def tune(ctx, collective, config, fixed, run, members, key, gpu, nbytes, described, fields=None) -> dict:
     """Time candidates on every rank in step (collective over ``members``), return rank 0's winner; rank 0 writes it
     to the cache.
 
@@ -353,28 +440,38 @@ def tune(ctx, collective, config, fixed, run, members, key, gpu, nbytes, describ
     and the variants' bests are compared: a variant's launch shape is its own (4x H200, 2026-11-28: reduce_scatter
     two_shot of 256 MiB took 640 µs in blocks of 1024 and 689-710 in the default 4096, where a search that chose
     the variant at the default shape first lost that). The rule's variant is searched first, so a short budget
-    keeps its choice."""
+    keeps its choice. ``fields`` (default: every tuned field not ``fixed``) are searched; the others keep what
+    ``config`` holds. ``IRIS_AUTOTUNE_BUDGET`` candidates at most (:func:`budget`)."""
     import torch.distributed as dist
 
     group, root = members.group, members.ranks[0]
     space = candidates(ctx, collective, config, fixed, nbytes, members.size)
+    if fields is not None:
+        space = {name: values for name, values in space.items() if name in fields}
     calls = 10 if nbytes <= (1 << 20) else 1  # short calls: several per graph, so the graph launch is amortised
     on_gpu = ctx.get_device().type == "cuda"
     timings: dict[tuple, float] = {}
-    started, budget = time.monotonic(), budget_s()
+    started, (unit, limit) = time.monotonic(), budget()
+    say = verbose() and members.rank == 0
 
     def measure(choice: dict) -> float:
         signature = tuple(sorted(choice.items()))
         if signature not in timings:
             candidate = dataclasses.replace(config, tune=False, **choice)
-            timings[signature] = time_us(lambda: run(candidate), calls, group, on_gpu)
-            if verbose() and members.rank == 0:
-                print(f"iris.ccl autotune {collective} {described}: {choice} {timings[signature]:.1f} us", flush=True)
+            _tuning.active = True  # the collective called on the candidate takes its config as it is
+            try:
+                timings[signature] = time_us(lambda: run(candidate), calls, group, on_gpu)
+            finally:
+                _tuning.active = False
+            if say:
+                print(f"[iris autotune] {collective} {described} [{len(timings)}]: {choice} "
+                      f"{timings[signature]:.1f} us", file=sys.stderr, flush=True)
         return timings[signature]
 
     def over_budget() -> bool:
-        over = [time.monotonic() - started > budget]
-        dist.broadcast_object_list(over, src=root, group=group)  # rank 0's clock decides for every rank
+        spent = len(timings) if unit == "candidates" else time.monotonic() - started
+        over = [spent >= limit]
+        dist.broadcast_object_list(over, src=root, group=group)  # rank 0's count or clock decides for every rank
         return over[0]
 
     def search(start: dict) -> tuple[dict, float]:  # coordinate search of every field but the variant
@@ -402,6 +499,9 @@ def tune(ctx, collective, config, fixed, run, members, key, gpu, nbytes, describ
     winner = [best, best_us]
     dist.broadcast_object_list(winner, src=root, group=group)  # rank 0's winner, for every rank
     best, best_us = winner
+    if say:
+        print(f"[iris autotune] {collective} {described}: {best} ({best_us:.1f} us, {len(timings)} of at most "
+              f"{limit:g} {unit})", file=sys.stderr, flush=True)
     if members.rank == 0:
         write_cache(key, best, best_us, gpu)
     dist.barrier(group=group)  # the cache is written before any rank reads it again
