@@ -1,6 +1,7 @@
 """The heap layer: symmetric heaps, a collective allocator over per-rank memory, and who maps whose heap.
 
 * :mod:`.symmetric`: :class:`SymmetricHeap`, what every rank allocates in step; :mod:`.allocator`: the offsets;
+  :mod:`.chunks`: the chunk a chunked heap (``allocator_type="vmem_chunked"``) maps at a time;
 * one module or package per backend, holding all of that backend's code: :mod:`.cpu` (a /dev/shm file per
   rank) and :mod:`iris.heap.cuda` (CUDA IPC, CUDA virtual memory, file-descriptor passing, GPU topology);
 * :mod:`.topology`: who reaches whom (hosts, GPUs, links); :mod:`.reach`: which ranks' heaps this rank maps.

@@ -118,6 +118,11 @@ class Allocator:
         """Bytes reserved for the live block at ``offset``."""
         return self._live[offset]
 
+    @property
+    def free_blocks(self) -> int:
+        """How many separate free blocks there are."""
+        return len(self._free)
+
     def usage(self) -> Usage:
         free = sum(n for _, n in self._free)
         largest = max((n for _, n in self._free), default=0)

@@ -27,6 +27,8 @@ import secrets
 
 import torch
 
+from .chunks import DEFAULT_CHUNK_SIZE, chunk_size_for
+
 SHM_DIR = "/dev/shm"
 PREFIX = "iris-workbench-heap"
 ROLES = ("heap", "shadow")  # what a file holds: a heap, or the race checker's shadow state of one
@@ -135,23 +137,34 @@ class ShmHeapMemory:
     """
 
     device = torch.device("cpu")
+    granularity = mmap.PAGESIZE  # what a mapping is made of
 
     def __init__(self, size: int, group, reachable=None):
         self.size = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+        self._map_files(self.size, group, reachable)
+
+    def _map_files(self, mapped: int, group, reachable) -> None:
+        """Map every reachable rank's file of ``mapped`` bytes (sparse: only :attr:`size` is checked for room)."""
         self.rank = group.rank
         remove_stale_heap_files()
         reachable = reachable or [True] * group.world_size
-        _check_room(self.size * sum(reachable), group.rank)
+        self._reachable_count = sum(reachable)
+        _check_room(self.size * self._reachable_count, group.rank)
         self._mappings: list[mmap.mmap | None] = []
-        for fd in open_rank_files(self.size, group, "heap", reachable):
+        for fd in open_rank_files(mapped, group, "heap", reachable):
             if fd is None:
                 self._mappings.append(None)
                 continue
             try:
-                self._mappings.append(mmap.mmap(fd, self.size))
+                self._mappings.append(mmap.mmap(fd, mapped))
             finally:
                 os.close(fd)
         self.bases = [0 if m is None else _address_of(m) for m in self._mappings]
+
+    @property
+    def chunks(self) -> list[tuple[int, int]]:
+        """The pieces the heap is made of, ``(offset, bytes)``: one file, one piece."""
+        return [(0, self.size)]
 
     def view(self, rank: int, offset: int, nbytes: int):
         """``(tensor, owner)``: a 1-D uint8 tensor over ``nbytes`` of rank's heap from ``offset``.
@@ -169,6 +182,65 @@ class ShmHeapMemory:
     def copy_2d(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         """``dst.copy_(src)`` (on a GPU, one ``cudaMemcpy2DAsync``; here, torch's)."""
         dst.copy_(src)
+
+
+class ShmChunkedHeapMemory(ShmHeapMemory):
+    """Upstream Iris's ``allocator_type="vmem_chunked"`` on the CPU backend: a heap that grows a chunk at a time, at
+    fixed bases. Collective: every rank constructs it, and grows it, together.
+
+    What is honest here: a GPU's chunked heap maps physical memory a chunk at a time into an address range reserved
+    up front, so that it grows without moving. /dev/shm gives the same with one sparse file per rank, mapped whole at
+    the start at the size of /dev/shm itself (address space, not memory: a tmpfs page takes memory only once touched),
+    of which the heap uses ``size`` bytes: growing is taking more chunks of that mapping, after checking that
+    /dev/shm has the room for them on every rank (touching a page /dev/shm has no room for would kill the process
+    with SIGBUS). So ``chunk_size``, the chunk count, growth and the bases behave as upstream's; what differs is
+    that a chunk's memory is taken when its pages are first written, not when it is mapped, and that the most a
+    heap can grow to is /dev/shm's size (:attr:`reservation`), shared with every other rank of this host.
+
+    Parameters
+    ----------
+    size : int
+        Bytes per rank to start with, rounded up to whole chunks.
+    group : iris.base.distributed.HostGroup
+        The ranks that share heaps.
+    reachable : list of bool, optional
+        As :class:`ShmHeapMemory`'s.
+    chunk_size : int
+        Upstream's: what the heap grows by (:func:`iris.heap.chunks.chunk_size_for`: capped at ``size``, a power of
+        two, whole pages).
+    """
+
+    def __init__(self, size: int, group, reachable=None, chunk_size: int | None = None):
+        self.chunk_size = chunk_size_for(size, self.granularity, chunk_size or DEFAULT_CHUNK_SIZE)
+        self.size = max(1, -(-size // self.chunk_size)) * self.chunk_size
+        stats = os.statvfs(SHM_DIR)
+        self.reservation = max(self.size, stats.f_blocks * stats.f_frsize // self.chunk_size * self.chunk_size)
+        self._group = group
+        self._map_files(self.reservation, group, reachable)
+
+    @property
+    def chunks(self) -> list[tuple[int, int]]:
+        """The chunks the heap uses, ``(offset, bytes)``, in order."""
+        return [(offset, self.chunk_size) for offset in range(0, self.size, self.chunk_size)]
+
+    def grow(self, new_size: int) -> None:
+        """Take whole chunks up to ``new_size`` bytes (collective: every rank passes the same size). Beyond
+        :attr:`reservation`, or more than /dev/shm has room for on any rank, is a ``MemoryError`` on every rank, the
+        heap unchanged."""
+        new_size = -(-new_size // self.chunk_size) * self.chunk_size
+        failure = None
+        if new_size > self.reservation:
+            failure = (f"rank {self.rank}: a heap of {new_size} bytes is beyond this heap's reservation of "
+                       f"{self.reservation} bytes (the size of /dev/shm, the most it can grow to)")
+        else:
+            try:
+                _check_room((new_size - self.size) * self._reachable_count, self.rank)
+            except MemoryError as error:
+                failure = str(error)
+        failures = [f for f in self._group.all_gather_object(failure) if f]
+        if failures:
+            raise MemoryError("; ".join(failures))
+        self.size = max(self.size, new_size)
 
 
 def open_rank_files(size: int, group, role: str, reachable=None) -> list[int | None]:

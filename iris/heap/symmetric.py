@@ -118,20 +118,33 @@ class SymmetricHeap:
         Where the heaps live.
     alignment : int
         Every allocation starts at a multiple of this many bytes (wide vector loads need 16).
-    allocator : {"torch", "vmem"}
+    allocator : {"torch", "vmem", "vmem_chunked"}
         Upstream's ``allocator_type`` (:func:`iris.runtime.heap_choice.choose_allocator`): ``"vmem"`` on ``cuda`` puts
-        the
-        heap on CUDA virtual memory (:mod:`iris.heap.cuda.vmm`): it grows when an allocation needs it, up to
-        ``memory.reservation``, and :meth:`take_in` shares outside tensors' memory.
+        the heap on CUDA virtual memory (:mod:`iris.heap.cuda.vmm`): it grows when an allocation needs it, up to
+        ``memory.reservation``, and :meth:`take_in` shares outside tensors' memory. ``"vmem_chunked"``: the same
+        made of chunks of one size, growing a chunk at a time (:class:`iris.heap.cuda.vmm.CudaVmmChunkedHeapMemory`;
+        on ``cpu``, :class:`iris.heap.cpu.ShmChunkedHeapMemory`).
+    chunk_size : int, optional
+        ``"vmem_chunked"``'s chunk (:func:`iris.heap.chunks.chunk_size_for`; default 256 MiB, capped at ``size``).
     topology : iris.heap.topology.TopologyMap, optional
         Who maps whom: the heaps of ranks this rank cannot map (other hosts) are not mapped, their base is 0
         (:data:`iris.heap.reach.UNMAPPED_BASE` in ``heap_bases``),
         and addressing them raises :class:`iris.heap.reach.UnreachableRankError`. None: every rank is mapped.
     """
 
-    def __init__(self, size: int, group, backend: str, alignment: int = 256, topology=None, allocator: str = "torch"):
-        if backend == "cpu":
+    def __init__(self, size: int, group, backend: str, alignment: int = 256, topology=None, allocator: str = "torch",
+                 chunk_size: int | None = None):
+        chunked = {}
+        if backend == "cpu" and allocator == "vmem_chunked":
+            from .cpu import ShmChunkedHeapMemory as Memory
+
+            chunked = {"chunk_size": chunk_size}
+        elif backend == "cpu":
             from .cpu import ShmHeapMemory as Memory
+        elif backend == "cuda" and allocator == "vmem_chunked":
+            from .cuda.vmm import CudaVmmChunkedHeapMemory as Memory
+
+            chunked = {"chunk_size": chunk_size}
         elif backend == "cuda" and allocator == "vmem":
             from .cuda.vmm import CudaVmmHeapMemory as Memory
         elif backend == "cuda":
@@ -144,7 +157,7 @@ class SymmetricHeap:
         self.backend = backend
         self.topology = topology
         self.reachable = reachable_ranks(topology, group.rank)  # None: every rank's heap is mapped here
-        self.memory = Memory(size, group, self.reachable)
+        self.memory = Memory(size, group, self.reachable, **chunked)
         self.size = self.memory.size
         self.bases: list[int] = list(self.memory.bases)
         self.device = self.memory.device
@@ -201,7 +214,9 @@ class SymmetricHeap:
                 f"beyond its reservation of {format_size(limit)} (the most it can grow to: the GPU's memory). "
                 "Delete tensors you no longer need on every rank (they are released at the next allocation)"
             ) from None
-        for target in dict.fromkeys([min(limit, max(need, 2 * self.size)), need]):
+        # a chunked heap grows by the chunks the allocation needs (upstream's); the others double, to grow seldom
+        targets = [need] if hasattr(self.memory, "chunk_size") else [min(limit, max(need, 2 * self.size)), need]
+        for target in dict.fromkeys(targets):
             try:
                 self.memory.grow(target)
                 break
@@ -442,6 +457,45 @@ class SymmetricHeap:
         """Upstream's ``ctx.heap.allocator`` (its bump allocator, behind its heap): this heap, which allocates
         itself; upstream's programs read and set its :attr:`heap_offset`."""
         return self
+
+    @property
+    def granularity(self) -> int:
+        """The smallest piece the heap's memory is mapped in (upstream's allocators' ``granularity``): the driver's
+        minimum on CUDA virtual memory (2 MiB on H100s), a page on the CPU backend, the allocation alignment on the
+        CUDA IPC heap (one ``cudaMalloc``, never remapped)."""
+        return getattr(self.memory, "granularity", self._allocator.alignment)
+
+    @property
+    def chunk_size(self) -> int | None:
+        """``allocator_type="vmem_chunked"``'s chunk (what the heap grows by); None for the other heaps."""
+        return getattr(self.memory, "chunk_size", None)
+
+    @property
+    def chunks(self) -> list[tuple[int, int]]:
+        """The pieces of memory the heap is made of, ``(offset, bytes)``: a chunk heap's chunks, a growing heap's
+        growths (and tensors taken in), a fixed heap's one piece."""
+        return list(getattr(self.memory, "chunks", [(0, self.size)]))
+
+    def get_num_chunks(self) -> int:
+        """How many pieces the heap is made of (upstream's chunked allocator's ``get_num_chunks``)."""
+        return len(self.chunks)
+
+    def get_stats(self) -> dict:
+        """Upstream's chunked allocator's statistics, from this heap: ``num_chunks``, ``mapped_bytes`` (the heap's
+        size), ``bump`` (:attr:`heap_offset`), ``num_active_allocs`` (allocations not yet released),
+        ``num_free_blocks`` and ``free_bytes`` (the allocator's free blocks), ``va_size`` (the most the heap can
+        grow to), ``chunk_size`` and ``granularity``.
+
+        Examples
+        --------
+        >>> ctx.heap.allocator.get_stats()["num_chunks"]                # doctest: +SKIP
+        1
+        """
+        use = self.usage()
+        return {"num_chunks": self.get_num_chunks(), "mapped_bytes": self.size, "bump": self.heap_offset,
+                "num_active_allocs": len(self._live), "num_free_blocks": self._allocator.free_blocks,
+                "free_bytes": use.free, "va_size": getattr(self.memory, "reservation", self.size),
+                "chunk_size": self.chunk_size, "granularity": self.granularity}
 
     @property
     def heap_offset(self) -> int:

@@ -44,7 +44,7 @@ from ..language.core import DeviceContext as TritonContext  # noqa: F401  (upstr
 from ..language.gluon import IrisDeviceCtx as GluonContext  # noqa: F401  (upstream's name, iris.runtime.context.GluonContext)
 from ..ops.namespace import Ops
 from . import tensor_creation
-from .heap_choice import choose_allocator
+from .heap_choice import choose_allocator, chunk_size
 from .symmetric_memory import SymmetricAddressMap, device_context
 
 LATE_INTERPRETER = (
@@ -71,8 +71,8 @@ class Iris:
         The allocator and every rank's mapped heap (``heap.allocate(num_elements, dtype)``,
         ``heap.heap_bases``, as upstream's).
     allocator_type : str
-        ``"torch"`` (CUDA IPC or /dev/shm) or ``"vmem"`` (CUDA virtual memory):
-        :func:`iris.runtime.heap_choice.choose_allocator`.
+        ``"torch"`` (CUDA IPC or /dev/shm), ``"vmem"`` (CUDA virtual memory) or ``"vmem_chunked"`` (in chunks, on
+        either backend): :func:`iris.runtime.heap_choice.choose_allocator`.
     check : str or None
         ``"races"`` when kernels are checked for data races (:meth:`races`), else None.
     """
@@ -93,11 +93,13 @@ class Iris:
         self.cur_rank = self.group.rank
         self.num_ranks = self.group.world_size
         requested = choose_check(check, self.backend, self.cur_rank)
+        if requested == "races" and self.allocator_type == "vmem_chunked":
+            self._refuse_races_on_a_growing_heap()
         self.check = None
         self.debug_mode = bool(debug) if debug is not None else os.environ.get("IRIS_DEBUG", "0") not in ("", "0")
         self.topology = discover_topology(self.group, self.backend)  # who maps whom (collective)
         self.heap = SymmetricHeap(parse_size(heap_size), self.group, self.backend, allocator=self.allocator_type,
-                                  topology=self.topology)
+                                  topology=self.topology, chunk_size=chunk_size())
         if self.heap.reachable is not None and self.backend == "cpu":  # kernels addressing other hosts: refused
             watch_unmapped_peers(functools.partial(unreachable, self.topology, self.cur_rank))
         self.heap_size = self.heap.size
@@ -334,7 +336,7 @@ class Iris:
         if not isinstance(external_tensor, torch.Tensor):
             raise TypeError(f"rank {self.cur_rank}: as_symmetric takes a torch.Tensor, got "
                             f"{type(external_tensor).__name__}")
-        if self.allocator_type == "vmem":
+        if self.allocator_type in ("vmem", "vmem_chunked"):
             shared = self.heap.take_in(external_tensor, label=name)
             if shared is not None:
                 return shared
@@ -452,12 +454,20 @@ class Iris:
         if self._race_detector is not None:
             return
         choose_check("races", self.backend, self.cur_rank)  # the CPU backend, else the error that says so
+        if hasattr(self.heap.memory, "grow"):
+            self._refuse_races_on_a_growing_heap()
         from ..instruments.checking.detector import RaceDetector
 
         self._race_detector = detector = RaceDetector(self.heap, self.group)
         self.heap.on_allocate.append(detector.forget)
         weakref.finalize(self, detector.close)  # the detector must not keep the context alive
         self.check = "races"
+
+    def _refuse_races_on_a_growing_heap(self) -> None:
+        raise NotImplementedError(
+            f"rank {self.cur_rank}: the race checker's shadow state is sized when it starts, and this heap grows "
+            f"(allocator_type={self.allocator_type!r}): accesses past its first size would go unchecked. Check "
+            "races with allocator_type='torch' (the CPU backend's default) and a heap_size that fits")
 
     def races(self) -> list[Race]:
         """The data races this rank's kernels ran into since the last call (then forgotten); needs ``check="races"``.
@@ -517,10 +527,12 @@ def iris(heap_size: int | str = 1 << 30, allocator_type: str | None = None, *, b
     ----------
     heap_size : int or str
         Bytes of symmetric heap per rank, e.g. ``1 << 30`` or ``"64MiB"``.
-    allocator_type : {None, "torch", "vmem"}
+    allocator_type : {None, "torch", "vmem", "vmem_chunked"}
         Upstream's choice of allocator. None reads ``IRIS_ALLOCATOR``, else the backend's default. ``"torch"``:
         the heap's own collective allocator, which frees. ``"vmem"`` on ``cuda``: the heap on CUDA virtual memory,
-        growing when an allocation needs it, and ``as_symmetric`` sharing memory; refused on ``cpu``
+        growing when an allocation needs it, and ``as_symmetric`` sharing memory; refused on ``cpu``.
+        ``"vmem_chunked"``: a heap of chunks of one size (``IRIS_VMEM_CHUNK_SIZE``, default 256 MiB capped at
+        ``heap_size``), growing a chunk at a time, on ``cuda`` and on ``cpu``
         (:func:`iris.runtime.heap_choice.choose_allocator`).
     backend : {None, "auto", "cpu", "cuda"}
         None/"auto" reads ``IRIS_BACKEND``, else picks ``cuda`` when a GPU is visible, else ``cpu``.

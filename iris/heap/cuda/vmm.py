@@ -28,6 +28,7 @@ import os
 import torch
 
 from ...base.backend import gpu_for_rank
+from ..chunks import DEFAULT_CHUNK_SIZE, chunk_size_for
 from .fd_exchange import share_fds
 from .ipc import CudaHeapMemory, _bindings, _check, _error_name
 
@@ -179,6 +180,12 @@ class CudaVmmHeapMemory(CudaHeapMemory):
         self.size = 0
         self._fill(0, size)
         self.size = size
+
+    @property
+    def chunks(self) -> list[tuple[int, int]]:
+        """The pieces of physical memory mapped into this rank's heap, ``(offset, bytes)`` in order: one per growth
+        (one per chunk for :class:`CudaVmmChunkedHeapMemory`), and the chunks of tensors taken in."""
+        return sorted((offset, nbytes) for (rank, offset), (_, nbytes, _) in self._maps.items() if rank == self.rank)
 
     # -- growing ----------------------------------------------------------------------------------
     def grow(self, new_size: int) -> None:
@@ -342,3 +349,49 @@ class CudaVmmHeapMemory(CudaHeapMemory):
             self._reserved.clear()
         except Exception:  # interpreter shutdown: the driver frees everything anyway
             pass
+
+
+class CudaVmmChunkedHeapMemory(CudaVmmHeapMemory):
+    """Upstream Iris's ``allocator_type="vmem_chunked"``: the virtual-memory heap, made of chunks of one size mapped
+    once and never remapped. Collective: every rank constructs it, and grows it, together.
+
+    The heap starts at ``size`` rounded up to whole chunks and grows by as many whole chunks as an allocation needs
+    (upstream: "init maps ceil(heap_size / chunk_size) chunks, growth maps a chunk at a time"); each chunk is its own
+    ``cuMemCreate`` allocation, exported and mapped by the host's other ranks at the same offset, so the bases never
+    change. What upstream does besides, here the heap's own: sub-allocation (the first-fit allocator every heap uses,
+    where upstream buckets by powers of two) and giving memory back (a tensor no rank references is released at the
+    next allocation).
+
+    Parameters
+    ----------
+    size, group, reachable
+        As :class:`CudaVmmHeapMemory`'s.
+    chunk_size : int
+        Bytes per chunk: :func:`iris.heap.chunks.chunk_size_for` (256 MiB by default, capped at ``size``, a power of
+        two and a multiple of the granularity, 2 MiB on H100s).
+    """
+
+    def __init__(self, size: int, group, reachable=None, chunk_size: int | None = None):
+        d = _driver()
+        _check(d.cuInit(0), "cuInit", group.rank)
+        handles = d.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+        granularity = _granularity(_properties(gpu_for_rank(group.rank), handles))
+        self.chunk_size = chunk_size_for(size, granularity, chunk_size or DEFAULT_CHUNK_SIZE)
+        super().__init__(_round_up(max(size, 1), self.chunk_size), group, reachable)
+
+    def grow(self, new_size: int) -> None:
+        """Map whole chunks up to ``new_size`` bytes (collective), as :meth:`CudaVmmHeapMemory.grow`."""
+        super().grow(_round_up(new_size, self.chunk_size))
+
+    def _fill(self, offset: int, nbytes: int) -> None:
+        """Fresh zeroed chunks over ``[offset, offset + nbytes)`` (collective); if one cannot be made on some rank,
+        those mapped by this call are unmapped on every rank and every rank raises, the heap unchanged."""
+        done = []
+        try:
+            for start in range(offset, offset + nbytes, self.chunk_size):
+                super()._fill(start, min(self.chunk_size, offset + nbytes - start))
+                done.append(start)
+        except MemoryError:
+            for rank, at in [key for key in self._maps if key[1] in done]:
+                self._unmap(rank, at)
+            raise
