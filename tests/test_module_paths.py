@@ -108,3 +108,13 @@ def test_submodules_of_short_paths_are_the_same_objects_in_a_fresh_process():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={"PATH": "/usr/bin:/bin", "IRIS_BACKEND": "cpu", "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_the_documented_table_of_upstreams_paths_is_the_code_table():
+    # docs/upstream.md's tables ("Where upstream's module paths live") list exactly iris/upstream's, each path with
+    # the module it is
+    from iris.upstream import IMPORT_ONLY, UPSTREAM_MODULES
+
+    text = (ROOT / "docs" / "upstream.md").read_text()
+    rows = re.findall(r"^\| `([\w.]+)` \| `([\w.]+)` \|$", text, re.M)
+    assert dict(rows) == {**UPSTREAM_MODULES, **IMPORT_ONLY} and len(rows) == len(UPSTREAM_MODULES) + len(IMPORT_ONLY)
