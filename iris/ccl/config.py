@@ -171,6 +171,8 @@ class Config:
         The older spelling of :meth:`autotune`: True marks every tunable field left None with :data:`AUTOTUNE` (and
         reads False after).
 
+    Notes
+    -----
     Any tunable field (:data:`TUNABLE_FIELDS`: the variants of all_reduce, all_gather, reduce_scatter and all_to_all,
     ``block_size``, ``block_size_m``, ``block_size_n``, ``comm_sms``, ``num_warps``, and upstream's AMD-only
     ``swizzle_size``, ``num_stages``, ``waves_per_eu``, ``all_reduce_distribution``) may hold :data:`AUTOTUNE`:

@@ -8,6 +8,7 @@ Each tuned field of a :class:`~iris.ccl.Config` (:data:`~iris.ccl.config.TUNED_F
   marks every tunable field but ``fixed``; ``Config.get_autotune_fields()`` lists them): tuned at the first call of
   each shape, the other fields kept as given, unless this machine has that tuning cached already;
 * None (unset, the default; ``config=None`` is all unset): chosen by measurement, the first of
+
   1. this machine's tunings, a disk cache keyed by collective, shape, dtype, world size, GPU, the fields the caller
      fixed and the torch/triton versions (``~/.cache/iris/ccl-tuning.json``; ``IRIS_AUTOTUNE_CACHE`` to move it);
   2. the table shipped for this GPU model and world size (``iris/ccl/tables/*.json``, made by
