@@ -38,3 +38,9 @@ def test_groups_refusals_and_point_to_point():
 
 def test_cuda_graph_capture_and_replay():
     assert all(r["replays"] == 3 for r in run_ranks(WORLD, f"{CASES}:rooted_graph_capture", 300_001, env=CUDA))
+
+
+def test_gluon_twins_and_all_to_all_v():
+    run_ranks(WORLD, f"{CASES}:rooted_collectives", None, [[1025, 1023]], True, env=CUDA, timeout=600)
+    run_ranks(WORLD, f"{CASES}:point_to_point", None, True, env=CUDA)
+    run_ranks(WORLD, f"{CASES}:all_to_all_v_cases", 32, 64, env=CUDA)
