@@ -156,6 +156,8 @@ def all_to_all_v(output_tensor, input_tensor, output_split_sizes, input_split_si
            output_tensor, splits, workspace.scratch, workspace.flags, workspace.epochs, workspace.status, M, input_tensor.stride(0),
            output_tensor.stride(0), **members.kernel_args(), BLOCK_M=bm, BLOCK_N=bn, WAIT_DONE=not async_op,
            num_warps=config.num_warps)
+    if call in workspace.launches:  # on a GPU a replay passes the splits' address: they live as long as the record
+        workspace.launches[call].splits = splits
     _raise_on_mismatch(ctx, workspace)
     return workspace
 
