@@ -4,7 +4,11 @@ memory torch's symmetric memory allocated, driven by iris's device API (function
 test_provider_unified.py ask.
 
 The rank functions below run inside each rank (tests.multirank); the tests start them. Run on a GPU machine by
-tests/gpu/run_gpu_checks.sh (``IRIS_GPU_WORLD=2`` on one GPU: the ranks share it).
+tests/gpu/run_gpu_checks.sh. torch's symmetric memory refuses ranks that share a GPU ("detected allocations from
+overlapping devices from different ranks", torch 2.11 on one H100): there the provider's test is skipped saying so,
+and ``IRIS_GPU_WORLD=1`` runs it on one rank (a rank's own copy through the tables); one GPU per rank runs it whole.
+Seen on one H100 (2026-12-07, torch 2.11, triton 3.6.0): allocate_symmetric at 2 ranks sharing it, and the provider
+at 1 rank, passed.
 """
 
 from __future__ import annotations
