@@ -21,6 +21,7 @@ at 8 KiB at most half of NCCL's time. The table goes to benchmarks/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -98,7 +99,7 @@ def calls_for(ctx, collective: str, nbytes: int, p2p) -> dict:
             out = ctx.zeros(n, dtype=dtype)
             ctx.ccl.broadcast(out, t, src=0, config=config(v))
             _same(f"broadcast {v}", out, ref, ctx)
-            ours[v] = lambda o=out, c=config(v): ctx.ccl.broadcast(o, t, src=0, config=c)
+            ours[v] = functools.partial(ctx.ccl.broadcast, out, t, src=0, config=config(v))
     elif collective == "reduce":
         t = ctx.randn(n, dtype=dtype)
         ref = t.float()
@@ -112,7 +113,7 @@ def calls_for(ctx, collective: str, nbytes: int, p2p) -> dict:
             ctx.ccl.reduce(out, t, root=0, config=config(v))
             if rank == 0:
                 _same(f"reduce {v}", out, ref, ctx, close=True)
-            ours[v] = lambda o=out, c=config(v): ctx.ccl.reduce(o, t, root=0, config=c)
+            ours[v] = functools.partial(ctx.ccl.reduce, out, t, root=0, config=config(v))
     elif collective == "gather":
         t = ctx.randn(n, dtype=dtype)
         pieces = [torch.empty_like(t) for _ in range(world)] if rank == 0 else None
@@ -123,7 +124,7 @@ def calls_for(ctx, collective: str, nbytes: int, p2p) -> dict:
             ctx.ccl.gather(out, t, dst=0, config=config(v))
             if rank == 0:
                 _same(f"gather {v}", out, torch.cat(pieces), ctx)
-            ours[v] = lambda o=out, c=config(v): ctx.ccl.gather(o, t, dst=0, config=c)
+            ours[v] = functools.partial(ctx.ccl.gather, out, t, dst=0, config=config(v))
     elif collective == "scatter":
         t = ctx.randn(world * n, dtype=dtype)
         pieces = list(t.chunk(world)) if rank == 0 else None
@@ -135,7 +136,7 @@ def calls_for(ctx, collective: str, nbytes: int, p2p) -> dict:
             out = ctx.zeros(n, dtype=dtype)
             ctx.ccl.scatter(out, t, src=0, config=config(v))
             _same(f"scatter {v}", out, ref, ctx)
-            ours[v] = lambda o=out, c=config(v): ctx.ccl.scatter(o, t, src=0, config=c)
+            ours[v] = functools.partial(ctx.ccl.scatter, out, t, src=0, config=config(v))
     else:  # p2p: a ping-pong between ranks 0 and 1
         t = torch.randn(n, device=ctx.device).to(dtype)
         back = torch.empty_like(t)
@@ -191,7 +192,8 @@ def main() -> None:
     p2p = ctx.ccl.init_p2p(max_numel=max(sizes) // 2, dtype=torch.bfloat16) if "p2p" in only else None
     lines = [f"{environment()}; {ctx.num_ranks} ranks, bf16, root 0; CUDA-graph replays, slowest rank, median of "
              f"{args.rounds}; µs (NCCL / ours in brackets)", "",
-             "| collective | size | NCCL | ours (auto) | push | copy_engines / two_shot | goal |", "|---|---|---|---|---|---|---|"]
+             "| collective | size | NCCL | ours (auto) | push | copy_engines / two_shot | goal |",
+             "|---|---|---|---|---|---|---|"]
     for collective in only:
         if collective == "p2p" and ctx.num_ranks < 2:
             continue

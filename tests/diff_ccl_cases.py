@@ -33,8 +33,16 @@ import torch
 import torch.distributed as dist
 
 import iris
-from iris.ccl import (ALL_GATHER_VARIANTS, ALL_REDUCE_VARIANTS, ALL_TO_ALL_VARIANTS, BROADCAST_VARIANTS, REDUCE_VARIANTS,
-                      Config, ReduceOp, owned_range)
+from iris.ccl import (
+    ALL_GATHER_VARIANTS,
+    ALL_REDUCE_VARIANTS,
+    ALL_TO_ALL_VARIANTS,
+    BROADCAST_VARIANTS,
+    REDUCE_VARIANTS,
+    Config,
+    ReduceOp,
+    owned_range,
+)
 from iris.ccl.all_reduce import IN_PLACE_VARIANTS
 from iris.ccl.config import REDUCE_SCATTER_VARIANTS, UPSTREAM_ALL_GATHER_VARIANTS
 from iris.ops import FusedConfig

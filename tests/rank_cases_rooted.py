@@ -8,7 +8,6 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-import iris
 from iris.ccl import Config, P2POp, irecv, isend
 
 from .rank_cases_ccl import BACKEND, _check_equal, _ctx, _raises, _values
@@ -126,7 +125,8 @@ def rooted_refusals() -> dict:
         _raises(ValueError, "needs an output of shape", lambda: ctx.ccl.gather(ctx.zeros(8), t)),
         _raises(ValueError, "needs an input of shape", lambda: ctx.ccl.scatter(t, ctx.zeros(8))),
         _raises(ValueError, "not on the symmetric heap", lambda: ctx.ccl.broadcast(torch.zeros(8))),
-        _raises(ValueError, "reduces float32, float16 or bfloat16", lambda: ctx.ccl.reduce(ctx.zeros(8, dtype=torch.int32))),
+        _raises(ValueError, "reduces float32, float16 or bfloat16",
+                lambda: ctx.ccl.reduce(ctx.zeros(8, dtype=torch.int32))),
         _raises(NotImplementedError, "only ReduceOp.SUM", lambda: ctx.ccl.reduce(t, op=dist.ReduceOp.MAX)),
         _raises(ValueError, "broadcast_variant", lambda: Config(broadcast_variant="tree")),
         _raises(ValueError, "init_p2p", lambda: ctx.ccl.send(t, dst=(rank + 1) % world)),
@@ -288,9 +288,11 @@ def all_to_all_v_cases(block_m: int, block_n: int) -> dict:
         buffer, received = ctx.zeros(M, widest), ctx.zeros(M, widest)
         out = received[:, :sum(outs)]  # a narrower view, as the widths differ between ranks
         for call in range(2):
-            def values(r):  # rank r's input, rebuilt by every rank
+            seed = 100 * call + len(name)
+
+            def values(r, width=width, seed=seed):  # rank r's input, rebuilt by every rank
                 widths = [width(r, j) for j in range(world)]
-                return _values(r, 100 * call + len(name), (M, sum(widths)), torch.float32), widths
+                return _values(r, seed, (M, sum(widths)), torch.float32), widths
             mine, _ = values(rank)
             buffer[:, :sum(ins)].copy_(mine.to(ctx.device))
             out.fill_(-1)

@@ -192,7 +192,8 @@ def rooted_and_p2p_traffic() -> dict:
     rows = ctx.zeros(world * n)
     ctx.ccl.init_p2p(max_numel=n, dtype=torch.float32)
     calls = {
-        "broadcast": (lambda: ctx.ccl.broadcast(out, mine, src=root), iris.traffic.minimum.broadcast(nbytes, world, root)),
+        "broadcast": (lambda: ctx.ccl.broadcast(out, mine, src=root),
+                      iris.traffic.minimum.broadcast(nbytes, world, root)),
         "scatter": (lambda: ctx.ccl.scatter(out, rows, src=root), iris.traffic.minimum.scatter(nbytes, world, root)),
         "gather": (lambda: ctx.ccl.gather(rows, mine, dst=root), iris.traffic.minimum.gather(nbytes, world, root)),
         "reduce push": (lambda: ctx.ccl.reduce(out, mine, root=root, config=iris.ccl.Config(reduce_variant="push")),

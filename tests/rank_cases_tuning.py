@@ -140,9 +140,21 @@ def autotune_sentinel_on_cpu_ranks():
     done["again"], done["again_ok"] = _choice(again["ws"]), right()
 
     # a collective that tunes nothing takes Config.autotune() as it takes Config(): the sentinels become unset
+    sent = ctx.full((4, 2 * world), float(ctx.get_rank() + 1), dtype=torch.float32)
+    got = ctx.zeros(4, 2 * world)
+    ctx.ccl.all_to_all_v(got, sent, [2] * world, [2] * world, config=Config.autotune())
+    done["untuned_ok"] = bool(torch.equal(got[:, :2], torch.ones(4, 2)))
+
+    # a rooted collective tunes its variant as the others do (here made to, on the CPU): rank 0's winner, right
+    os.environ.update(IRIS_AUTOTUNE_ANYWAY="1", IRIS_AUTOTUNE_BUDGET="2")
     data = ctx.full((100,), float(ctx.get_rank() + 1), dtype=torch.float32)
-    ctx.ccl.broadcast(data, src=0, config=Config.autotune())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TuningWarning)
+        workspace = ctx.ccl.broadcast(data, src=0, config=Config(broadcast_variant=AUTOTUNE, block_size=32))
+    for name in ("IRIS_AUTOTUNE_ANYWAY", "IRIS_AUTOTUNE_BUDGET"):
+        os.environ.pop(name)
     done["broadcast_ok"] = bool((data == 1.0).all())
+    done["broadcast_ran"] = workspace.key[1]
 
     # the earlier switch: still switches, with a DeprecationWarning naming what to write instead
     with warnings.catch_warnings(record=True) as caught:

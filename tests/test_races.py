@@ -126,8 +126,9 @@ def test_correct_corpus_has_no_race(world):
     assert set(results[0]["races"]) >= {"lesson_02", "lesson_07", "collectives", "device_barrier"}
 
 
+# What each protocol moves: its closing or opening signal orders it.
 RELAXED_NAMES = {"broadcast_out", "scatter_out", "gather_out", "reduce_two_shot", "ccl.reduce.push:0.scratch",
-                 "ccl.p2p.stage", "ring_gathered", "ccl.all_to_all_v.pull.scratch"}  # what each protocol moves: its closing or opening signal orders it
+                 "ccl.p2p.stage", "ring_gathered", "ccl.all_to_all_v.pull.scratch"}
 
 
 @pytest.mark.parametrize("world", [2, 3, 4, 8])

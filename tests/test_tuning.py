@@ -139,10 +139,11 @@ def test_the_sentinel_in_every_tunable_field():
     # a sentinel is checked as what it stands for: values beside it are still checked
     with pytest.raises(ValueError, match="block_size=100"):
         Config(all_reduce_variant=AUTOTUNE, block_size=100)
-    with pytest.raises(ValueError, match="broadcast_variant is not tuned yet: leave it None"):
-        Config(broadcast_variant=AUTOTUNE)
-    with pytest.raises(ValueError, match="reduce_variant is not tuned yet"):
-        Config(reduce_variant=AUTOTUNE)
+    # the rooted collectives tune their variant too (broadcast's serves gather and scatter)
+    assert Config(broadcast_variant=AUTOTUNE).get_autotune_fields() == ["broadcast_variant"]
+    assert Config.get_tunable_fields("reduce") == ["reduce_variant", "block_size", "comm_sms", "num_warps"]
+    with pytest.raises(ValueError, match="broadcast_variant='tree'"):
+        Config(broadcast_variant="tree")
     with pytest.raises(ValueError, match="use_gluon is not a tunable field; the tunable ones are all_reduce_variant"):
         Config(use_gluon=AUTOTUNE)
     with pytest.raises(TypeError, match="no Config field named colour"):
@@ -184,9 +185,10 @@ def test_autotune_sentinel_on_cpu_ranks(tmp_path):
         assert done["tuned_ok"] and done["again_ok"] and done["again_said"] == []
         assert done["again"] == done["tuned"] == results[0]["tuned"]  # rank 0's winner, then the cache's answer
         assert done["tuned"]["block"] == 64  # the field given is kept
-        assert done["broadcast_ok"] and done["switched_off"]
+        assert done["broadcast_ok"] and done["untuned_ok"] and done["switched_off"]
+        assert done["broadcast_ran"] == results[0]["broadcast_ran"] == "push"  # the CPU has no copy engines
         assert len(done["switch_said"]) == 1 and "set_autotune(False)" in done["switch_said"][0]
-    (key, entry), = results[0]["cache"]["entries"].items()
+    (key, entry), = (item for item in results[0]["cache"]["entries"].items() if item[0].startswith("all_reduce"))
     assert key == "all_reduce|384|float32|2|cpu|block_size=64|tuned=all_reduce_variant"
     assert set(entry) == {"all_reduce_variant", "us", "gpu", "date"}  # the variant alone was tuned
     assert entry["all_reduce_variant"] == results[0]["tuned"]["variant"]

@@ -87,8 +87,8 @@ sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "ALL_GATHER_VARIANTS", "ALL_REDUCE_VARIANTS", "ALL_TO_ALL_VARIANTS", "AUTOTUNE", "BROADCAST_VARIANTS", "CCL",
-    "Config", "P2POp", "REDUCE_VARIANTS", "ReduceOp", "TuningWarning", "Work", "Workspace", "all_gather", "all_gather_preamble", "all_reduce",
-    "all_reduce_preamble", "all_to_all", "all_to_all_v", "batch_isend_irecv", "broadcast", "choose_variant", "device_barrier",
-    "gather", "init_p2p", "irecv", "isend", "owned_range", "p2p", "recv", "reduce", "reduce_preamble",
-    "reduce_scatter", "scatter", "send", "sendrecv", "set_autotune",
+    "Config", "P2POp", "REDUCE_VARIANTS", "ReduceOp", "TuningWarning", "Work", "Workspace", "all_gather",
+    "all_gather_preamble", "all_reduce", "all_reduce_preamble", "all_to_all", "all_to_all_v", "batch_isend_irecv",
+    "broadcast", "choose_variant", "device_barrier", "gather", "init_p2p", "irecv", "isend", "owned_range", "p2p",
+    "recv", "reduce", "reduce_preamble", "reduce_scatter", "scatter", "send", "sendrecv", "set_autotune",
 ]

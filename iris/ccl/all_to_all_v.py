@@ -153,7 +153,8 @@ def all_to_all_v(output_tensor, input_tensor, output_split_sizes, input_split_si
     offsets = lambda sizes: [sum(sizes[:i]) for i in range(world)]  # noqa: E731
     splits = torch.tensor(offsets(ins) + ins + offsets(outs) + outs, dtype=torch.int64, device=ctx.device)
     launch(workspace, call, tensors, all_to_all_v_kernel, (grid,), ctx.get_device_context(), input_tensor,
-           output_tensor, splits, workspace.scratch, workspace.flags, workspace.epochs, workspace.status, M, input_tensor.stride(0),
+           output_tensor, splits, workspace.scratch, workspace.flags, workspace.epochs, workspace.status, M,
+           input_tensor.stride(0),
            output_tensor.stride(0), **members.kernel_args(), BLOCK_M=bm, BLOCK_N=bn, WAIT_DONE=not async_op,
            num_warps=config.num_warps)
     if call in workspace.launches:  # on a GPU a replay passes the splits' address: they live as long as the record

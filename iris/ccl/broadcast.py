@@ -33,6 +33,7 @@ from .flag_slots import ARRIVED, DONE, SLOTS
 from .groups import GroupContext, kernel_members
 from .launch import block_size, cdiv, check_tensors, hint, overlaps, programs
 from .rooted import arrive_at, hear_from, kernel_for, output_and_input, root_of, rooted_copy_engines, rooted_variant
+from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
 
 
@@ -118,7 +119,6 @@ def broadcast(*tensors, ctx, src=0, group=None, async_op=False, config=None, wor
     call = call_key(f"broadcast:{src}", (out, inp), config, async_op, group=group)
     if replay(ctx, workspace, call, (out, inp)):
         return workspace
-    config = (config or Config()).with_defaults()
     members = kernel_members(ctx, group, "broadcast")
     root = root_of(ctx, "broadcast", members, ("src", src))
     check_tensors(ctx, "broadcast", out, inp)
@@ -129,6 +129,8 @@ def broadcast(*tensors, ctx, src=0, group=None, async_op=False, config=None, wor
         raise ValueError(f"rank {ctx.cur_rank}: broadcast output overlaps its input other than as the same tensor; "
                          "use broadcast(tensor) in place or separate tensors")
     n = inp.numel()
+    config = tuned_config(ctx, "broadcast", config, inp, members,
+                          scratch_runner(ctx, _broadcast, out, inp, src=src, group=group)).with_defaults()
     variant = rooted_variant(ctx, config, "broadcast", n * inp.element_size(), members.size)
     if variant == "copy_engines":
         def copies():
@@ -143,3 +145,8 @@ def broadcast(*tensors, ctx, src=0, group=None, async_op=False, config=None, wor
         return rooted_copy_engines(ctx, members, workspace, key, copies)
     return launch_root_push("broadcast", ctx, members, call, (out, inp), workspace, out, inp, 0, n, root, config)
 
+
+
+def _broadcast(out, inp, ctx, **options) -> Workspace:
+    """:func:`broadcast` with the context third, as the tuner's runner calls a collective."""
+    return broadcast(out, inp, ctx=ctx, **options)

@@ -38,13 +38,16 @@ TUNED_FIELDS = {
     "all_gather": ("all_gather_variant", "block_size", "comm_sms", "num_warps"),
     "reduce_scatter": ("reduce_scatter_variant", "block_size", "comm_sms", "num_warps"),
     "all_to_all": ("all_to_all_variant", "block_size_m", "block_size_n", "comm_sms", "num_warps"),
+    "broadcast": ("broadcast_variant", "block_size", "comm_sms", "num_warps"),
+    "gather": ("broadcast_variant", "block_size", "comm_sms", "num_warps"),
+    "scatter": ("broadcast_variant", "block_size", "comm_sms", "num_warps"),
+    "reduce": ("reduce_variant", "block_size", "comm_sms", "num_warps"),
 }
 # Fields upstream Iris tunes for its AMD kernels, which mean nothing to these: AUTOTUNE there is accepted and becomes
 # the field's default.
 AMD_TUNED_FIELDS = ("swizzle_size", "num_stages", "waves_per_eu", "all_reduce_distribution")
 TUNABLE_FIELDS = tuple(dict.fromkeys([name for names in TUNED_FIELDS.values() for name in names]
                                      + list(AMD_TUNED_FIELDS)))
-UNTUNED_COLLECTIVES_FIELDS = ("broadcast_variant", "reduce_variant")  # chosen by size; not tuned yet
 
 
 class _Autotune:
@@ -173,11 +176,12 @@ class Config:
 
     Notes
     -----
-    Any tunable field (:data:`TUNABLE_FIELDS`: the variants of all_reduce, all_gather, reduce_scatter and all_to_all,
+    Any tunable field (:data:`TUNABLE_FIELDS`: the variants of all_reduce, all_gather, reduce_scatter, all_to_all,
+    broadcast (also gather's and scatter's) and reduce,
     ``block_size``, ``block_size_m``, ``block_size_n``, ``comm_sms``, ``num_warps``, and upstream's AMD-only
     ``swizzle_size``, ``num_stages``, ``waves_per_eu``, ``all_reduce_distribution``) may hold :data:`AUTOTUNE`:
     tuned at the first call of each shape (:mod:`iris.ccl.tuning`; the AMD-only ones have nothing to tune here and
-    take their defaults). ``broadcast_variant`` and ``reduce_variant`` are not tuned yet and refuse it.
+    take their defaults).
 
     Examples
     --------
@@ -278,12 +282,8 @@ class Config:
             self.tune = False
         refused = [name for name in self.get_autotune_fields() if name not in TUNABLE_FIELDS]
         if refused:
-            untuned = [name for name in refused if name in UNTUNED_COLLECTIVES_FIELDS]
-            raise ValueError(
-                f"Config({refused[0]}=AUTOTUNE): " + (
-                    f"{refused[0]} is not tuned yet: leave it None (chosen by size) or name a variant"
-                    if untuned else f"{refused[0]} is not a tunable field; the tunable ones are "
-                    f"{', '.join(TUNABLE_FIELDS)}"))
+            raise ValueError(f"Config({refused[0]}=AUTOTUNE): {refused[0]} is not a tunable field; the tunable ones "
+                             f"are {', '.join(TUNABLE_FIELDS)}")
         _validate(SimpleNamespace(**self._without_autotune()))
 
     def _without_autotune(self) -> dict:

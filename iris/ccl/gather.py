@@ -24,12 +24,12 @@ import triton
 import triton.language as tl
 
 from ..language.sync import announce, await_all, flag_of, signal
-from .config import Config
 from .fast_path import call_key, launch, replay
 from .flag_slots import ARRIVED, DONE, SLOTS
 from .groups import GroupContext, kernel_members
 from .launch import block_size, cdiv, check_tensors, hint, overlaps, programs
 from .rooted import hear_from, kernel_for, root_of, rooted_copy_engines, rooted_variant
+from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
 
 
@@ -89,7 +89,6 @@ def gather(output_tensor, input_tensor, ctx, dst=0, group=None, async_op=False, 
     call = call_key(f"gather:{dst}", (out, inp), config, async_op, group=group)
     if replay(ctx, workspace, call, (out, inp)):
         return workspace
-    config = (config or Config()).with_defaults()
     members = kernel_members(ctx, group, "gather")
     root = root_of(ctx, "gather", members, ("dst", dst))
     check_tensors(ctx, "gather", out, inp)
@@ -102,6 +101,8 @@ def gather(output_tensor, input_tensor, ctx, dst=0, group=None, async_op=False, 
     if overlaps(out, inp) and inp.data_ptr() != own:
         raise ValueError(f"rank {ctx.cur_rank}: gather input overlaps the output other than as this rank's rows "
                          f"out[{members.rank} * M:{members.rank + 1} * M]; use those rows or a separate tensor")
+    config = tuned_config(ctx, "gather", config, inp, members,
+                          scratch_runner(ctx, gather, out, inp, dst=dst, group=group)).with_defaults()
     variant = rooted_variant(ctx, config, "gather", n * inp.element_size(), world)
     if variant == "copy_engines":
         def copies():

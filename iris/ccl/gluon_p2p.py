@@ -7,7 +7,8 @@ and device-side message counters, blocks in an explicit layout of 16 contiguous 
 
 Examples
 --------
->>> p2p = ctx.ccl.init_p2p(max_numel=4096, dtype=torch.float32, config=iris.ccl.Config(use_gluon=True))  # doctest: +SKIP
+>>> gluon = iris.ccl.Config(use_gluon=True)
+>>> p2p = ctx.ccl.init_p2p(max_numel=4096, dtype=torch.float32, config=gluon)      # doctest: +SKIP
 """
 
 from triton.experimental import gluon

@@ -186,7 +186,7 @@ class CCL:
 
     def _root(self, collective: str, *given) -> int:
         names = ("dst", "root") if collective in ("reduce", "gather") else ("src",)
-        return root_of(self._ctx, collective, members(self._ctx, None, collective), *zip(names, given))
+        return root_of(self._ctx, collective, members(self._ctx, None, collective), *zip(names, given, strict=False))
 
     # -- point-to-point (iris.ccl.p2p) ------------------------------------------------------------------------
     def init_p2p(self, max_numel: int = 2 ** 20, dtype=None, config=None) -> P2PState:

@@ -30,13 +30,13 @@ import triton.language as tl
 
 from ..language.sync import announce, await_all, exchange, flag_of, signal
 from .chunks import ARRIVED, DONE, SLOTS, chunk_size
-from .config import Config
 from .fast_path import call_key, launch, replay
 from .groups import GroupContext, kernel_members
 from .inbox import call_half, inbox_numel, inbox_stride
 from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
 from .rooted import hear_from, kernel_for, output_and_input, root_of
 from .rules import choose_reduce_variant
+from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
 
 
@@ -106,7 +106,6 @@ def reduce_two_shot_kernel(context, inp, out, flags, epochs, n, chunk, root: tl.
 def _plan(ctx, out, inp, dst, root, op, group, config, caller: str):
     """Checks shared by :func:`reduce` and :func:`reduce_preamble`: (config, members, root index, variant, grid,
     block, workspace key, inbox or None)."""
-    config = (config or Config()).with_defaults()
     check_op(ctx, op)
     members = kernel_members(ctx, group, caller)
     root_index = root_of(ctx, caller, members, ("dst", dst), ("root", root))
@@ -115,6 +114,8 @@ def _plan(ctx, out, inp, dst, root, op, group, config, caller: str):
         raise ValueError(f"rank {ctx.cur_rank}: {caller} output overlaps its input other than as the same tensor; "
                          "use reduce(tensor) in place or separate tensors")
     n, world = inp.numel(), members.size
+    config = tuned_config(ctx, "reduce", config, inp, members,
+                          scratch_runner(ctx, _reduce, out, inp, dst=dst, root=root, group=group)).with_defaults()
     variant = choose_reduce_variant(config.reduce_variant, n * inp.element_size(), world)
     block = block_size(ctx, config)
     work = n if variant == "push" else chunk_size(n, world)
@@ -188,3 +189,8 @@ def reduce(*tensors, ctx, dst=None, root=None, op=None, group=None, async_op=Fal
            workspace.flags, workspace.epochs, n, chunk, WAIT_DONE=not async_op,
            HINT=hint(*((t, r * chunk) for t in (inp, out) for r in range(world))), **common)
     return workspace
+
+
+def _reduce(out, inp, ctx, **options) -> Workspace:
+    """:func:`reduce` with the context third, as the tuner's runner calls a collective."""
+    return reduce(out, inp, ctx=ctx, **options)

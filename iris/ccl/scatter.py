@@ -16,11 +16,11 @@ Examples
 from __future__ import annotations
 
 from .broadcast import launch_root_push
-from .config import Config
 from .fast_path import call_key, replay
 from .groups import kernel_members
 from .launch import check_tensors, overlaps
 from .rooted import root_of, rooted_copy_engines, rooted_variant
+from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace
 
 
@@ -52,7 +52,6 @@ def scatter(output_tensor, input_tensor, ctx, src=0, group=None, async_op=False,
     call = call_key(f"scatter:{src}", (out, inp), config, async_op, group=group)
     if replay(ctx, workspace, call, (out, inp)):
         return workspace
-    config = (config or Config()).with_defaults()
     members = kernel_members(ctx, group, "scatter")
     root = root_of(ctx, "scatter", members, ("src", src))
     check_tensors(ctx, "scatter", out, inp)
@@ -65,6 +64,8 @@ def scatter(output_tensor, input_tensor, ctx, src=0, group=None, async_op=False,
     if overlaps(out, inp) and out.data_ptr() != own:
         raise ValueError(f"rank {ctx.cur_rank}: scatter output overlaps the input other than as this rank's chunk "
                          f"inp[{members.rank} * M:{members.rank + 1} * M]; use that chunk or a separate tensor")
+    config = tuned_config(ctx, "scatter", config, out, members,  # keyed by a piece: what the root sends each rank
+                          scratch_runner(ctx, scatter, out, inp, src=src, group=group)).with_defaults()
     variant = rooted_variant(ctx, config, "scatter", n * inp.element_size(), world)
     if variant == "copy_engines":
         def copies():

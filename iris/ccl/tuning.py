@@ -385,7 +385,14 @@ def candidates(ctx, collective: str, config: Config, fixed: dict, nbytes: int, w
     rules and defaults pick, so a tuning keeps them unless another is faster by :data:`MARGIN`."""
     from .inbox import use_inbox
     from .launch import block_size, has_copy_engines
-    from .rules import choose_all_to_all_variant, choose_gather_variant, choose_scatter_variant, choose_variant
+    from .rules import (
+        choose_all_to_all_variant,
+        choose_gather_variant,
+        choose_reduce_variant,
+        choose_rooted_variant,
+        choose_scatter_variant,
+        choose_variant,
+    )
 
     def rule_first(rule, others):
         return [rule] + [value for value in others if value != rule]
@@ -403,6 +410,11 @@ def candidates(ctx, collective: str, config: Config, fixed: dict, nbytes: int, w
                                          ["pull"] + ["copy_engines"] * (engines and nbytes >= 1 << 20)),
         "all_to_all_variant": rule_first(choose_all_to_all_variant(None, nbytes, world, config.use_gluon, engines),
                                          ["pull"] + ["copy_engines"] * (engines and nbytes >= world << 20)),
+        # the rooted collectives: push serves every size (no inbox); the copy engines as all_gather's
+        "broadcast_variant": rule_first(choose_rooted_variant(None, nbytes, world, engines),
+                                        ["push"] + ["copy_engines"] * (engines and nbytes >= 1 << 20)),
+        "reduce_variant": rule_first(choose_reduce_variant(None, nbytes, world),
+                                     (["push"] if inbox else []) + ["two_shot"]),
         "block_size": rule_first(block_size(ctx, Config()), [4096, 2048, 1024, 8192]),
         "comm_sms": sorted({g for g in (sms, sms // 2, sms // 4, 16, 8) if 1 <= g <= sms}, reverse=True),
         "num_warps": rule_first(DEFAULTS["num_warps"], [8, 4, 16]),
