@@ -16,8 +16,8 @@ from triton.experimental.gluon import language as gl
 
 from ..language.core import DeviceContext
 from ..language.sync import flag_of
+from .flag_slots import FREE, FULL
 from .gluon_sync import signal, wait_for
-from .p2p import FREE, FULL
 
 
 @gluon.jit

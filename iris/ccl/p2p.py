@@ -38,12 +38,12 @@ from ..language.core import DeviceContext
 from ..language.sync import flag_of, signal, wait_for
 from .config import Config
 from .fast_path import call_key, launch, replay
+from .flag_slots import FREE, FULL
 from .gluon_layouts import flat_layout, warp_threads
 from .groups import members
 from .launch import block_size, cdiv, programs
 
 DEPTH = 2  # slots per sender on every receiver: how many messages a sender may be ahead of its receiver
-FULL, FREE = tl.constexpr(0), tl.constexpr(1)  # flag slots: a message landed (receiver's); a slot freed (sender's)
 SENT, RECEIVED = 0, 1  # rows of the device-side message counters
 
 
