@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+import iris
 from iris.ccl import Config, P2POp, irecv, isend
 
 from .rank_cases_ccl import BACKEND, _check_equal, _ctx, _raises, _values
@@ -310,5 +311,23 @@ def all_to_all_v_cases(block_m: int, block_n: int) -> dict:
         out = ctx.zeros(M, sum(wrong) + 1)[:, :sum(wrong)]
         said = _raises(ValueError, "must agree", lambda: ctx.ccl.all_to_all_v(out, ctx.zeros(M, 4 * world), wrong,
                                                                               [4] * world))
+    ctx.barrier()
+    return {"said": said}
+
+
+def upstream_function_forms() -> dict:
+    """The function forms as upstream's programs spell them: the context after the tensors, the root by position."""
+    ctx = _ctx()
+    rank, world = ctx.cur_rank, ctx.num_ranks
+    t = ctx.full((40,), float(rank + 1))
+    iris.ccl.broadcast(t, ctx, world - 1)
+    _check_equal("iris.ccl.broadcast(t, ctx, src)", t, torch.full((40,), float(world)))
+    t.fill_(rank + 1)
+    out = ctx.zeros(40)
+    iris.ccl.reduce(out, t, ctx, 0)
+    if rank == 0:
+        _check_equal("iris.ccl.reduce(out, inp, ctx, root)", out, torch.full((40,), float(world * (world + 1) // 2)))
+    said = _raises(TypeError, "given twice", lambda: iris.ccl.broadcast(t, ctx, 0, src=1))
+    said += _raises(TypeError, "needs the context", lambda: iris.ccl.broadcast(t))
     ctx.barrier()
     return {"said": said}

@@ -71,3 +71,7 @@ def test_all_to_all_v_equal_and_unequal_widths(world):
     results = run_ranks(world, f"{CASES}:all_to_all_v_cases", 4, 4, timeout=300)
     assert all(f"rank {r}: all_to_all_v: output_split_sizes[{(r + 1) % world}] differs" in result["said"]
                for r, result in enumerate(results))
+
+
+def test_upstreams_function_forms():
+    run_ranks(2, f"{CASES}:upstream_function_forms", timeout=120)

@@ -32,7 +32,16 @@ from .fast_path import call_key, launch, replay
 from .flag_slots import ARRIVED, DONE, SLOTS
 from .groups import GroupContext, kernel_members
 from .launch import block_size, cdiv, check_tensors, hint, overlaps, programs
-from .rooted import arrive_at, hear_from, kernel_for, output_and_input, root_of, rooted_copy_engines, rooted_variant
+from .rooted import (
+    arrive_at,
+    hear_from,
+    kernel_for,
+    output_and_input,
+    positional,
+    root_of,
+    rooted_copy_engines,
+    rooted_variant,
+)
 from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
 
@@ -84,16 +93,17 @@ def launch_root_push(collective: str, ctx, members, call, tensors, workspace, ou
     return workspace
 
 
-def broadcast(*tensors, ctx, src=0, group=None, async_op=False, config=None, workspace=None) -> Workspace:
+def broadcast(*args, ctx=None, src=0, group=None, async_op=False, config=None, workspace=None) -> Workspace:
     """Copy the root's tensor into every rank's; collective over ``group``.
 
     Parameters
     ----------
-    *tensors : torch.Tensor
-        ``(tensor,)``: in place, the root's tensor is the input and every rank's the output; or ``(output,
-        input)`` of one shape and dtype (only the root's input is read). Contiguous, on the heap.
-    ctx : iris.Iris
-        Keyword (or third positional through ``iris.ccl.broadcast(tensor, ctx, ...)``'s wrapper in ``ctx.ccl``).
+    *args
+        The tensors: ``(tensor,)`` in place, the root's tensor the input and every rank's the output, or ``(output,
+        input)`` of one shape and dtype (only the root's input is read), contiguous, on the heap; then, as
+        upstream's function takes them, the context and the root (``broadcast(tensor, ctx, 0)``).
+    ctx : iris.Iris, optional
+        The context, if not given by position.
     src : int
         The root: a rank of the group (``group=None``: of the world).
     group : torch.distributed.ProcessGroup, optional
@@ -115,6 +125,7 @@ def broadcast(*tensors, ctx, src=0, group=None, async_op=False, config=None, wor
     --------
     >>> ws = iris.ccl.broadcast(t, ctx=ctx, src=0)        # doctest: +SKIP
     """
+    tensors, ctx, src = positional("broadcast", args, ctx, src, 0)
     out, inp = output_and_input("broadcast", tensors)
     call = call_key(f"broadcast:{src}", (out, inp), config, async_op, group=group)
     if replay(ctx, workspace, call, (out, inp)):
@@ -130,7 +141,7 @@ def broadcast(*tensors, ctx, src=0, group=None, async_op=False, config=None, wor
                          "use broadcast(tensor) in place or separate tensors")
     n = inp.numel()
     config = tuned_config(ctx, "broadcast", config, inp, members,
-                          scratch_runner(ctx, _broadcast, out, inp, src=src, group=group)).with_defaults()
+                          scratch_runner(ctx, broadcast, out, inp, src=src, group=group)).with_defaults()
     variant = rooted_variant(ctx, config, "broadcast", n * inp.element_size(), members.size)
     if variant == "copy_engines":
         def copies():
@@ -144,9 +155,3 @@ def broadcast(*tensors, ctx, src=0, group=None, async_op=False, config=None, wor
         key = ("broadcast", variant, n, inp.dtype, 1, None, members.key)
         return rooted_copy_engines(ctx, members, workspace, key, copies)
     return launch_root_push("broadcast", ctx, members, call, (out, inp), workspace, out, inp, 0, n, root, config)
-
-
-
-def _broadcast(out, inp, ctx, **options) -> Workspace:
-    """:func:`broadcast` with the context third, as the tuner's runner calls a collective."""
-    return broadcast(out, inp, ctx=ctx, **options)

@@ -28,7 +28,7 @@ from .groups import group_ranks, members
 from .p2p import P2PState, batch_isend_irecv, init_p2p, irecv, isend, recv, send, sendrecv
 from .reduce import reduce, reduce_preamble
 from .reduce_scatter import reduce_scatter
-from .rooted import output_and_input, root_of
+from .rooted import output_and_input, positional, root_of
 from .scatter import scatter
 from .workspace import Workspace
 
@@ -140,7 +140,7 @@ class CCL:
     def broadcast(self, *tensors, src=0, group=None, async_op=False, config=None, workspace=None):
         """The root's tensor into every rank's: ``broadcast(tensor, src=0)`` in place, or ``broadcast(output,
         input, src=0)`` (see :func:`iris.ccl.broadcast`); ``src`` is a rank of the group."""
-        tensors, src = _root_given_by_position(tensors, src, 0)
+        tensors, _, src = positional("broadcast", tensors, self._ctx, src, 0)
         if self.across is not None and self.across.spans(group):
             return self.across.broadcast(*output_and_input("broadcast", tensors), self._root("broadcast", src))
         workspace = workspace or self._cached("broadcast", config, group)
@@ -152,7 +152,7 @@ class CCL:
                workspace=None):
         """The sum over ranks into the root's tensor: ``reduce(tensor, dst=0)`` in place, or ``reduce(output,
         input, root=0)`` (``dst=`` too; see :func:`iris.ccl.reduce`); the root is a rank of the group."""
-        tensors, dst = _root_given_by_position(tensors, dst, None)
+        tensors, _, dst = positional("reduce", tensors, self._ctx, dst, None)
         if self.across is not None and self.across.spans(group):
             out, inp = output_and_input("reduce", tensors)
             return self.across.reduce(out, inp, self._root("reduce", dst, root))
@@ -234,12 +234,3 @@ class CCL:
         """
         return {workspace.group: workspace.flags for key, workspace in self._workspaces.items() if key[0] == "barrier"}
 
-
-def _root_given_by_position(tensors: tuple, root, default):
-    """Upstream's methods take the root third, after the tensors: ``broadcast(tensor, 0)``. An int at the end of the
-    positional arguments is the root (given twice, by position and by keyword, it is refused)."""
-    if tensors and isinstance(tensors[-1], int) and not isinstance(tensors[-1], bool):
-        if root not in (None, default):
-            raise TypeError(f"the root was given twice: by position ({tensors[-1]}) and by keyword ({root})")
-        return tensors[:-1], tensors[-1]
-    return tensors, root

@@ -34,7 +34,7 @@ from .fast_path import call_key, launch, replay
 from .groups import GroupContext, kernel_members
 from .inbox import call_half, inbox_numel, inbox_stride
 from .launch import block_size, cdiv, check_op, check_tensors, hint, overlaps, programs
-from .rooted import hear_from, kernel_for, output_and_input, root_of
+from .rooted import hear_from, kernel_for, output_and_input, positional, root_of
 from .rules import choose_reduce_variant
 from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
@@ -115,7 +115,7 @@ def _plan(ctx, out, inp, dst, root, op, group, config, caller: str):
                          "use reduce(tensor) in place or separate tensors")
     n, world = inp.numel(), members.size
     config = tuned_config(ctx, "reduce", config, inp, members,
-                          scratch_runner(ctx, _reduce, out, inp, dst=dst, root=root, group=group)).with_defaults()
+                          scratch_runner(ctx, reduce, out, inp, dst=dst, root=root, group=group)).with_defaults()
     variant = choose_reduce_variant(config.reduce_variant, n * inp.element_size(), world)
     block = block_size(ctx, config)
     work = n if variant == "push" else chunk_size(n, world)
@@ -126,7 +126,7 @@ def _plan(ctx, out, inp, dst, root, op, group, config, caller: str):
     return config, members, root_index, variant, grid, block, key, inbox
 
 
-def reduce_preamble(*tensors, ctx, dst=None, root=None, op=None, group=None, config=None,
+def reduce_preamble(*args, ctx=None, dst=None, root=None, op=None, group=None, config=None,
                     workspace=None) -> Workspace:
     """The workspace :func:`reduce` would use for these tensors, allocated now if needed (collective): call it
     before a CUDA graph capture (upstream Iris's name). Same arguments as :func:`reduce`.
@@ -135,21 +135,23 @@ def reduce_preamble(*tensors, ctx, dst=None, root=None, op=None, group=None, con
     --------
     >>> ws = iris.ccl.reduce_preamble(out, inp, ctx=ctx, root=0)      # doctest: +SKIP
     """
+    tensors, ctx, root = positional("reduce_preamble", args, ctx, root, None)
     out, inp = output_and_input("reduce_preamble", tensors)
     _, members, _, _, grid, _, key, inbox = _plan(ctx, out, inp, dst, root, op, group, config, "reduce_preamble")
     return reuse_or_allocate(ctx, workspace, key, grid, SLOTS, inbox, members)
 
 
-def reduce(*tensors, ctx, dst=None, root=None, op=None, group=None, async_op=False, config=None,
+def reduce(*args, ctx=None, dst=None, root=None, op=None, group=None, async_op=False, config=None,
            workspace=None) -> Workspace:
     """Sum every rank's input into the root's output; collective over ``group``.
 
     Parameters
     ----------
-    *tensors : torch.Tensor
-        ``(tensor,)`` in place, or ``(output, input)`` of one shape; float32, float16 or bfloat16, contiguous, on
-        the heap.
-    ctx : iris.Iris
+    *args
+        The tensors, ``(tensor,)`` in place or ``(output, input)`` of one shape (float32, float16 or bfloat16,
+        contiguous, on the heap); then, as upstream's function takes them, the context and the root.
+    ctx : iris.Iris, optional
+        The context, if not given by position.
     dst, root : int, optional
         The root, a rank of the group (two spellings of upstream Iris; give one; default 0).
     op : ReduceOp, optional
@@ -167,6 +169,7 @@ def reduce(*tensors, ctx, dst=None, root=None, op=None, group=None, async_op=Fal
     --------
     >>> ws = iris.ccl.reduce(out, inp, ctx=ctx, root=0)       # doctest: +SKIP
     """
+    tensors, ctx, root = positional("reduce", args, ctx, root, None)
     out, inp = output_and_input("reduce", tensors)
     call = call_key(f"reduce:{dst}:{root}", (out, inp), config, async_op, op, group)
     if replay(ctx, workspace, call, (out, inp)):
@@ -189,8 +192,3 @@ def reduce(*tensors, ctx, dst=None, root=None, op=None, group=None, async_op=Fal
            workspace.flags, workspace.epochs, n, chunk, WAIT_DONE=not async_op,
            HINT=hint(*((t, r * chunk) for t in (inp, out) for r in range(world))), **common)
     return workspace
-
-
-def _reduce(out, inp, ctx, **options) -> Workspace:
-    """:func:`reduce` with the context third, as the tuner's runner calls a collective."""
-    return reduce(out, inp, ctx=ctx, **options)

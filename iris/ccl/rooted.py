@@ -50,6 +50,37 @@ def output_and_input(collective: str, tensors: tuple) -> tuple:
                     f"keyword: {collective}(tensor, {'src' if collective in ('broadcast', 'scatter') else 'dst'}=0)")
 
 
+def positional(collective: str, args: tuple, ctx, root, default) -> tuple:
+    """``(tensors, ctx, root)`` from a call's positional arguments, in upstream's orders: the tensors, then (in the
+    function forms, ``iris.ccl.broadcast(tensor, ctx, src)``) the context, then the root; keywords otherwise.
+
+    Raises
+    ------
+    TypeError
+        A root given both by position and by keyword, something left over, or no context.
+
+    Examples
+    --------
+    >>> positional("broadcast", (t, ctx, 1), None, 0, 0)           # doctest: +SKIP
+    ((t,), ctx, 1)
+    """
+    count = next((i for i, arg in enumerate(args) if not isinstance(arg, torch.Tensor)), len(args))
+    tensors, rest = tuple(args[:count]), list(args[count:])
+    if rest and ctx is None and not isinstance(rest[0], int):
+        ctx = rest.pop(0)
+    if rest and isinstance(rest[0], int) and not isinstance(rest[0], bool):
+        if root not in (None, default):
+            raise TypeError(f"{collective}: the root was given twice, by position ({rest[0]}) and by keyword ({root})")
+        root = rest.pop(0)
+    if rest:
+        raise TypeError(f"{collective}: unexpected positional arguments {rest!r}; give the tensors, then the root "
+                        "(or use keywords)")
+    if ctx is None:
+        raise TypeError(f"{collective} needs the context: iris.ccl.{collective}(tensor, ctx, ...) or ctx=, or call "
+                        f"ctx.ccl.{collective}(...)")
+    return tensors, ctx, root
+
+
 def root_of(ctx, collective: str, members, *names: tuple) -> int:
     """The root given under one of ``names`` (``(name, value)`` pairs, None for not given; default 0), checked
     against the group: its index in ``members`` (:class:`iris.ccl.groups.Members`).
