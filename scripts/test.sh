@@ -21,6 +21,10 @@ NEWEST_STACK_TESTS=(
   tests/test_upstream_host_api.py tests/test_upstream_surface.py
   "tests/test_workbench.py::test_gluon_kernel_with_iris_device_ctx_reads_the_peer"
   "tests/test_notebooks.py::test_lesson_runs_top_to_bottom[00_quickstart]"
+  # the rooted collectives' race check at 2 ranks is what the newest interpreter needs; 3, 4 and 8 run in stage 1
+  --deselect "tests/test_races.py::test_rooted_collectives_and_p2p_race_free_and_their_relaxed_twins_named[3]"
+  --deselect "tests/test_races.py::test_rooted_collectives_and_p2p_race_free_and_their_relaxed_twins_named[4]"
+  --deselect "tests/test_races.py::test_rooted_collectives_and_p2p_race_free_and_their_relaxed_twins_named[8]"
 )
 
 # Stage 1's modules that go to lane 1, after stage 2 (the lesson files in .cache/executed are written by both
