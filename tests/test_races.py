@@ -133,11 +133,13 @@ RELAXED_NAMES = {"broadcast_out", "scatter_out", "gather_out", "reduce_two_shot"
 
 @pytest.mark.parametrize("world", [2, 3, 4, 8])
 def test_rooted_collectives_and_p2p_race_free_and_their_relaxed_twins_named(world):
-    results = run_ranks(world, f"{CASES}:rooted_and_p2p_race_free", timeout=400)
+    relaxed = world == 2  # every protocol's data is named at 2 ranks already: the others check for no race alone
+    results = run_ranks(world, f"{CASES}:rooted_and_p2p_race_free", relaxed, timeout=400)
     clean = [race["text"] for result in results for race in result["races"]["rooted_and_p2p"]]
     assert clean == [], "\n".join(clean)
-    named = {race["allocation"] for result in results for race in result["races"]["relaxed"]}
-    assert named == RELAXED_NAMES, named  # every protocol's data, and nothing of it races when it releases
+    if relaxed:
+        named = {race["allocation"] for result in results for race in result["races"]["relaxed"]}
+        assert named == RELAXED_NAMES, named  # every protocol's data, and nothing of it races when it releases
 
 
 # -- in this process: a world of one ------------------------------------------------------------------
