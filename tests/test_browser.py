@@ -5,8 +5,10 @@ test runs all its cells and checks what the page shows: a panel per rank, pictur
 the diff marks of a later cell drawn into the earlier view (refreshed in place, not shown again), the heap
 bars, the as_remote panels marked equal, a traffic matrix, a timeline and a race report; and of every view,
 its layout (tests/browser/layout.py): inside its output, its title once, its tables lined up, no picture
-titled twice. Screenshots go to test-artifacts/browser/. The notebook's last cell stops the cluster; the
-server is stopped by pid, and no process of either may be left.
+titled twice. Screenshots go to test-artifacts/browser/. The notebook's last cell stops the cluster, which
+leaves each view's static twin in its place; the notebook, saved then and reopened (no kernel holds the widgets'
+models any more), shows the twins and no "model not found". The server is stopped by pid, and no process of either
+may be left.
 
 Chromium comes from Debian (scripts/browser_deps.sh); Playwright's own browser download cannot work here.
 Without Chromium the test fails, except when it could not have been installed (not root, outside CI).
@@ -52,13 +54,17 @@ def red_pixels(image: np.ndarray) -> int:
     return int(((r > 150) & (r - g > 100) & (r - b > 100)).sum())
 
 
-def run_all_cells(page) -> None:
-    """Run > Run All Cells once the kernel is connected: the notebook's own indicator says idle before its
-    kernel even started, and cells sent then are lost; the status bar says Idle only once connected."""
+def run_all_cells(page, but_the_last: bool = False) -> None:
+    """Run > Run All Cells (or, ``but_the_last``, all above the last) once the kernel is connected: the notebook's
+    own indicator says idle before its kernel even started, and cells sent then are lost; the status bar says Idle
+    only once connected."""
     page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle$")).wait_for(timeout=60_000)
     page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=60_000)
+    if but_the_last:
+        page.locator(".jp-Cell").last.locator(".jp-InputPrompt").click()
     page.get_by_role("menuitem", name="Run", exact=True).click()
-    page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+    name = r"^Run All Above Selected Cell" if but_the_last else r"^Run All Cells"
+    page.get_by_role("menuitem", name=re.compile(name)).click()
 
 
 def test_widgets_render_in_jupyterlab(tmp_path):
@@ -67,15 +73,37 @@ def test_widgets_render_in_jupyterlab(tmp_path):
     started = time.monotonic()
     with notebook_page(NOTEBOOK, tmp_path, {"width": 1400, "height": 1000}) as (page, left):
         try:
-            run_all_cells(page)
-            page.get_by_text("stopped 2 ranks").wait_for(timeout=RUN_SECONDS * 1000)
+            run_all_cells(page, but_the_last=True)
+            page.locator(".jp-OutputArea-output", has_text="CLUSTER_PIDS").wait_for(timeout=RUN_SECONDS * 1000)
         finally:
             page.screenshot(path=ARTIFACTS / "notebook.png")
         check_page(page)
         cluster = page.locator(".jp-OutputArea-output", has_text="CLUSTER_PIDS").inner_text()
         left += [int(pid) for pid in re.findall(r"\d+", cluster)]
         assert len(left) >= 5  # the controller's processes and two engines
+        page.locator(".jp-Cell").last.locator(".jp-InputPrompt").click()
+        page.keyboard.press("Shift+Enter")  # %iris stop
+        page.get_by_text("stopped 2 ranks").wait_for(timeout=120_000)
+        check_twins_replace_the_views(page)
+        page.locator(".jp-mod-dirty").first.wait_for(timeout=30_000)  # outputs not saved yet
+        page.keyboard.press("Control+s")
+        page.locator(".jp-mod-dirty").first.wait_for(state="detached", timeout=30_000)  # saved
+        page.reload()  # the notebook reopened: a new kernel, no widget model
+        page.locator(".jp-OutputArea-output").first.wait_for(timeout=60_000)
+        page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=60_000)
+        page.wait_for_timeout(3000)  # the widget manager's restore, which says "model not found" when it fails
+        check_twins_replace_the_views(page)
+        page.screenshot(path=ARTIFACTS / "notebook-reopened.png")
     print(f"browser test: {time.monotonic() - started:.1f} s from server start to everything stopped")
+
+
+def check_twins_replace_the_views(page) -> None:
+    """After %iris stop (and in the notebook reopened): every view's twin shown, no live view, no widget error."""
+    twins = page.locator(".iris-static")
+    assert twins.count() >= 6 and all(twins.nth(i).is_visible() for i in range(twins.count())), "a twin hidden"
+    assert page.locator(".widget-box.iris-buffer-view, .widget-box.iris-heap-inspector").count() == 0
+    assert page.get_by_text("model not found").count() == 0 and page.get_by_text("Error displaying widget").count() == 0
+    assert page.locator(".iris-static .iris-rank-panel img >> visible=true").count() >= 7  # field, small, remote
 
 
 def check_page(page) -> None:

@@ -3,7 +3,10 @@ driven by Playwright, every request that is not a local file refused).
 
 - The site: ``bash scripts/docs.sh`` (Sphinx with myst-nb, warnings as errors) builds ``docs/_build/html``; the
   pages of lessons 00 and 09 show each rank's picture and lesson 09's timeline drawn; lesson 00's solution is
-  folded until asked for. On every lesson's page, in a wide window and a narrow one, every view and race report
+  folded until asked for; lessons 03 and 08 show their stepped runs (each heap's picture drawing its values, the
+  target written as the panels write it, lesson 08's race marked in its transcript and its exercise's run shown as
+  a stepper view), with screenshots in test-artifacts/site/. On every lesson's page, in a wide window and a narrow
+  one, every view and race report
   is laid out right (tests/browser/layout.py: inside the article's column, its title once, its tables lined up,
   short cells on one line, no rank picture titled twice), and traffic views of different launches have different
   titles.
@@ -39,6 +42,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_heap_files_left_behi
 SITE = ROOT / "docs" / "_build" / "html"
 EXECUTED = ROOT / ".cache" / "executed"
 QUICKSTART, TIMELINE = "00_quickstart", "09_where_does_the_time_go"
+ATOMICS, RACES = "03_atomics_and_synchronisation", "08_finding_races_and_hangs"  # the lessons that step kernels
+ARTIFACTS = ROOT / "test-artifacts" / "site"
 BUILD_SECONDS = 1500  # every lesson run when none is cached (a fresh clone, this file alone); minutes otherwise
 
 
@@ -100,6 +105,40 @@ def check_timeline(page) -> None:
     assert timeline.locator("table.iris-timeline-table tr").count() >= 2
 
 
+def check_stepped_runs(page) -> None:
+    """Lessons 03 and 08: each stepped run on view (its static twin) screenshot; every heap picture draws its values
+    (bars or their marks at 0, blue or red: never an empty frame); targets written as the panels write them; lesson
+    08's race marked in its transcript (two shaded rows naming each other) and its exercise's run shown with its
+    transcript."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    stem = page.url.rsplit("/", 1)[-1].removesuffix(".html")
+    views = page.locator(".iris-static .iris-stepper-view >> visible=true")
+    assert views.count() >= 2, f"{views.count()} stepped runs shown"
+    size = page.viewport_size
+    for i in range(views.count()):  # the window as tall as the view: a taller one is not drawn whole
+        page.set_viewport_size({"width": size["width"], "height": int(views.nth(i).bounding_box()["height"]) + 200})
+        views.nth(i).scroll_into_view_if_needed()
+        views.nth(i).screenshot(path=ARTIFACTS / f"{stem}-stepper-{i}.png")
+    page.set_viewport_size(size)
+    pictures = page.locator(".iris-static .iris-stepper-heap .iris-rank-panel img >> visible=true")
+    assert pictures.count() >= 2
+    for i in range(pictures.count()):
+        pictures.nth(i).scroll_into_view_if_needed()
+        image = np.asarray(Image.open(io.BytesIO(pictures.nth(i).screenshot())).convert("RGB")).astype(int)
+        r, g, b = image[..., 0], image[..., 1], image[..., 2]
+        drawn = ((b > 140) & (r < 90) & (b - r > 80)) | ((r > 150) & (r - g > 100) & (r - b > 100))
+        assert drawn.sum() > 20, f"{stem}: heap picture {i} draws no value"
+    text = page.inner_text("main")
+    assert "⏳" not in text and "..] of rank" not in text, "a target written another way, or a glyph fonts lack"
+    if stem == RACES:
+        race, exercise = views.first, views.last
+        shaded = race.locator("table.iris-step-transcript tr:has(td[style*='#ffd9d9'])")
+        assert shaded.count() == 2 and "with step" in shaded.first.inner_text(), "the race's two steps unmarked"
+        assert exercise.locator("table.iris-step-transcript tr").count() > 20, "the exercise's run not shown"
+    else:
+        assert "mailbox[0..7] of rank 1" in text
+
+
 def check_solution_folded(page) -> None:
     """The exercise's solution (the output of its ``%iris solution NN`` cell) is folded until asked for."""
     solution = page.locator(".cell.tag_solution")
@@ -137,6 +176,8 @@ def test_site_builds_and_shows_the_pictures_offline(browser):
     refused = open_offline(browser, SITE / "lessons" / f"{QUICKSTART}.html",
                            lambda page: (check_rank_pictures(page), check_solution_folded(page)))
     refused += open_offline(browser, SITE / "lessons" / f"{TIMELINE}.html", check_timeline)
+    refused += open_offline(browser, SITE / "lessons" / f"{ATOMICS}.html", check_stepped_runs)
+    refused += open_offline(browser, SITE / "lessons" / f"{RACES}.html", check_stepped_runs)
     refused += open_offline(browser, SITE / "architecture.html", check_architecture)
     problems = []
     for lesson in sorted((SITE / "lessons").glob("[0-9]*.html")):

@@ -20,7 +20,7 @@ from IPython.utils.capture import capture_output
 from PIL import Image
 
 import workbench
-from workbench.widgets import BufferView, HeapInspector, RemoteView, TopologyView, reduce, registry
+from workbench.widgets import BufferView, HeapInspector, RemoteView, TopologyView, panels, reduce, registry, render
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_heap_files_left_behind")]
 
@@ -90,6 +90,45 @@ def test_slices_above_two_dimensions_are_views():
     assert torch.equal(plane, t[1, 1]) and plane.data_ptr() == t[1, 1].data_ptr()
     with pytest.raises(IndexError, match="6 slices"):
         reduce.plane_of(t, 6)
+
+
+# -- pictures ----------------------------------------------------------------------------------------
+
+def test_a_picture_of_zeros_draws_its_values_clear_of_the_frame():
+    zeros = np.zeros(8, dtype=np.float32)
+    vmin, vmax = render.scale([zeros])
+    image = decoded(render.bars(zeros, vmin, vmax)).astype(int)
+    blue = (image[..., 2] > 120) & (image[..., 0] < 100) & (image[..., 2] - image[..., 0] > 60)  # tab:blue's marks
+    rows = np.flatnonzero(blue.sum(axis=1) > 20)
+    assert rows.size and rows.max() - rows.min() < 6, "a flat line of marks at 0"
+    assert blue[rows].sum() > 8 * 8, "a mark per element"
+    frame = np.flatnonzero((image.sum(axis=2) < 200).mean(axis=1) > 0.5)  # the axes' edges: rows mostly dark
+    assert frame.size and frame.max() - rows.max() > 5, "the 0 line stands clear of the frame's bottom edge"
+
+
+def test_element_indices_on_the_x_axis_are_whole_numbers(monkeypatch):
+    drawn = []
+    monkeypatch.setattr(render, "_png", lambda figure: drawn.append(figure) or b"")
+    render.bars(np.zeros(4, dtype=np.float32), 0.0, 1.0)
+    render.bars(np.ones(1, dtype=np.float32), 0.5, 1.5)
+    render.line(np.zeros(300, dtype=np.float32), 0.0, 1.0, 300, 1)
+    for figure in drawn:
+        axes = figure.axes[0]
+        low, high = axes.get_xlim()
+        ticks = [t for t in axes.get_xticks() if low <= t <= high]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+        bottom, top = axes.get_ylim()
+        assert bottom < 0 <= top and -bottom / (top - bottom) > 0.04, "0 is inside the axis, off its edge"
+
+
+def test_a_values_tables_headers_are_bordered_as_its_cells():
+    snapshot = {"status": "ok", "rank": 1, "shape": (3,), "values": np.array([0.0, 42.5, 1.0]),
+                "values_changed": np.array([False, True, False])}
+    table = panels.values_table([snapshot], mark_changes=True)
+    headers = re.findall(r"<th style='([^']*)'>(\d)</th>", table)
+    cells = re.findall(r"<td style='([^']*)'>", table)
+    assert len(headers) == len(cells) == 3
+    assert all("border:1px solid" in style for style, _ in headers) and all("border:1px solid" in c for c in cells)
 
 
 # -- BufferView --------------------------------------------------------------------------------------

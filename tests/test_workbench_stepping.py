@@ -68,8 +68,19 @@ def test_a_race_found_by_the_checker_is_made_to_happen_and_the_fix_holds_under_t
     assert (race.first.rank, race.first.kind, race.second.rank, race.second.kind) == (1, "store", 0, "load")
 
     run = workbench.step("shift_and_sum(barrier=False)")
-    said = run.replay_race(race)  # the other order: rank 0's sum before rank 1's put
+    held = run.hold_at_race(race)  # just before the race, the other way round: rank 0's sum goes first
+    assert held.startswith("held before the race, the other way round from the checker's run: rank 0's load at "
+                           "line 14"), held
+    rank0, rank1 = run.ranks
+    assert (rank0.state, rank0.operation["line"], rank0.operation["kind"]) == ("paused", 14, "load"), run.summary()
+    assert not run.transcript.racing() and "rank 1 is held before" in held, held
+    said = run.replay_race(race)  # the other order from there: rank 0's sum before rank 1's put
     assert run.done and run.report.ok, run.summary()
+    marks = run.transcript.racing()  # the race's two steps, each naming the other
+    (load, store) = sorted(marks)
+    assert marks == {load: f"with step {store}", store: f"with step {load}"}, marks
+    assert run.transcript.steps[load].rank == 0 and run.transcript.steps[store].rank == 1
+    assert "| race " in run.transcript.text().splitlines()[0] and "background:#ffd9d9" in run.transcript.html()
     assert said.startswith("the other order than the checker saw: rank 0's load at line 14"), said
     assert "read 0, 0, 0, 0, then rank 1's store at line 9" in said and "wrote 2, 2, 2, 2" in said, said
     wrong = [t.item() for t in wb.pull("total")]

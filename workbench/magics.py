@@ -50,6 +50,7 @@ from .report import render_summaries
 from .traffic_capture import cell_view as traffic_cell_view
 from .traffic_capture import last_view as traffic_last_view
 from .traffic_capture import start_recording as start_traffic_recording
+from .widgets.static import replace_live_views
 
 
 class _Parser(argparse.ArgumentParser):
@@ -202,6 +203,11 @@ class IrisMagics(Magics):
         wb = session.current()
         if args.command == "stop":
             print(wb.stop())
+            # The views' buttons and sliders need the ranks: each view leaves its static form in its place, which a
+            # notebook saved now shows when reopened (no widget model to look for then). Only where a frontend draws
+            # widgets (a kernel's): a terminal's IPython would print every view's line again.
+            if getattr(self.shell, "kernel", None) is not None:
+                replace_live_views()
         elif args.command == "restart":
             wb.restart()
             if wb.last_stop.engines:  # not after %iris stop, which said how that went

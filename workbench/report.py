@@ -70,9 +70,10 @@ class CellReport:
         """The ranks whose status is ``status``, in rank order."""
         return sorted(r for r, res in self.results.items() if res.status == status)
 
-    def render(self) -> str:
-        """The table, the hang report if any, each distinct error once with the ranks it happened on, the notes."""
-        lines = [_table(self.results.values())]
+    def render(self, time_label: str = "time in the cell") -> str:
+        """The table, the hang report if any, each distinct error once with the ranks it happened on, the notes.
+        ``time_label`` heads the time column (a stepped cell's time is mostly the wait for its steps: it says so)."""
+        lines = [_table(self.results.values(), time_label)]
         if self.hang is not None:
             lines.append(f"\n{self.hang.render()}")
         for ranks, error in _distinct_errors(self.results.values()):
@@ -110,8 +111,8 @@ class RankError(WorkbenchError):
         self.report = report
 
 
-def _table(results) -> str:
-    rows = [("rank", "status", "time in the cell")]  # "time" alone: of what? (a newcomer asked)
+def _table(results, time_label: str = "time in the cell") -> str:
+    rows = [("rank", "status", time_label)]  # "time" alone: of what? (a newcomer asked)
     for r in sorted(results, key=lambda res: res.rank):
         rows.append((str(r.rank), r.label, _duration(r.seconds)))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]

@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from iris.instruments.stepping import ON_A_GPU, Coordinator, Order, SteppingError, make_it_happen
+from iris.instruments.stepping import ON_A_GPU, Coordinator, Order, SteppingError, hold_before_race, make_it_happen
 
 from . import engine, execution
 from .cluster import Workbench, cell_filename
@@ -44,11 +44,15 @@ class SteppedRun:
         Holds the ranks; its ``ranks`` say where each is.
     report : CellReport or None
         The cell's report once every rank has ended.
+    order_file : str or None
+        The file of the last order replayed from a file (``--replay FILE``, ``order=FILE``): what the stepper view's
+        order-file box shows.
     """
 
     def __init__(self, wb: Workbench, source: str):
         self.wb, self.source = wb, source
         self.report: CellReport | None = None
+        self.order_file: str | None = None
         self._view = None  # the stepper view, made when the run is first displayed
         self.coordinator = Coordinator(wb.world_size, folder=wb.cluster_dir)
         wb.before_stop.append(self.stop)
@@ -156,10 +160,19 @@ class SteppedRun:
         access before its write (:func:`iris.instruments.stepping.make_it_happen`); what was read, in a sentence."""
         return self._after(make_it_happen(self.coordinator, race))
 
+    def hold_at_race(self, race) -> str:
+        """Step as :meth:`replay_race` would, and stop where the race's access that goes first (the other way round
+        from the checker's run) is about to be taken: its rank's next step takes it. To walk the race by hand (the
+        stepper view's buttons), or to go on with :meth:`replay_race`. Where each rank is held, in a sentence; the
+        transcript marks the race's two steps as they are taken."""
+        return self._after(hold_before_race(self.coordinator, race))
+
     def replay(self, order) -> None:
         """Take the steps of ``order`` (an :class:`~iris.instruments.stepping.Order`, a saved file, or a list of
         ranks); raises ``OrderDiverged`` naming the step that no longer fits."""
         if not isinstance(order, Order):
+            if not isinstance(order, list):
+                self.order_file = str(order)
             order = Order.parse(order) if isinstance(order, list) else Order.load(order)
         self._after(self.coordinator.replay(order))
 

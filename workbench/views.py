@@ -121,12 +121,14 @@ def traffic(need=None, launch=None, label=""):
     return _traffic_view(need, launch, label)
 
 
-def step(code: str, order=None, race=None):
+def step(code: str, order=None, race=None, hold: bool = False):
     """Run ``code`` on every CPU rank, each held before every access to a symmetric heap, as ``%%iris_kernel --step``
     does: a :class:`~workbench.stepping.SteppedRun` (displayed, the stepper view), every rank held at its first
     access. ``order``: a saved order (file), an :class:`~iris.instruments.stepping.Order` or a list of ranks, whose
     steps are taken at once. ``race``: a race the checker found (``cell_races(wb).races[0]``), made to happen: its
-    reading access before its write (:func:`iris.instruments.stepping.make_it_happen`), and what it read printed.
+    reading access before its write (:func:`iris.instruments.stepping.make_it_happen`), and what it read printed;
+    with ``hold``, the run stops just before the first of the two accesses instead (what is held where printed), to
+    be walked in the view or finished with ``run.replay_race(race)``. The transcript marks the race's two steps.
 
     Examples
     --------
@@ -134,12 +136,13 @@ def step(code: str, order=None, race=None):
     >>> run.step(1); run.step(0); run.run_to_end()         # doctest: +SKIP
     >>> print(run.transcript)                              # doctest: +SKIP
     >>> run = workbench.step("shift_and_sum(barrier=False)", race=race)   # doctest: +SKIP
+    >>> walk = workbench.step("shift_and_sum(barrier=False)", race=race, hold=True)   # doctest: +SKIP
     """
     run = start_stepping(current(), code)
     if order is not None:
         run.replay(order)
     if race is not None:
-        print(run.replay_race(race))
+        print(run.hold_at_race(race) if hold else run.replay_race(race))
     return run
 
 

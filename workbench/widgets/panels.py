@@ -138,7 +138,12 @@ def values_table(snapshots: list[dict], mark_changes: bool, labels: dict[int, st
         marks = s.get("values_changed") if mark_changes else None
         cells = [(f"{v:.4g}", _cell_style(marks is not None and marks[i])) for i, v in enumerate(s["values"])]
         body.append([html.escape((labels or {}).get(s["rank"], f"rank {s['rank']}")), *cells])
-    return html_table(["", *index_labels(rows[0]["shape"])], body, css_class="iris-values")
+    # The header's cells get the values' border, in no colour: a right-aligned index then ends where its values do.
+    head = [(html.escape(label), UNSEEN_BORDER) for label in ["", *index_labels(rows[0]["shape"])]]
+    return html_table(head, body, css_class="iris-values")
+
+
+UNSEEN_BORDER = "border:1px solid transparent"
 
 
 def _cell_style(changed: bool) -> str:

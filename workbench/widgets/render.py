@@ -6,6 +6,10 @@ so one colour (or height) means one value on every rank. Blocks that changed sin
 snapshot are painted over in red. A picture has no title: the panel it is shown in has one
 (:class:`~workbench.widgets.panels.RankPanel`), and a title inside it too would say the same thing twice.
 
+A picture always says something: a bar's value is drawn as a line across its top, so a bar of 0 still shows (a
+buffer of zeros is a row of flat marks on the 0 line, clear of the frame, on an axis from 0 to 1); element indices
+on the x axis are whole numbers.
+
 Examples
 --------
 >>> import numpy as np
@@ -20,7 +24,7 @@ import io
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import EngFormatter
+from matplotlib.ticker import EngFormatter, MaxNLocator
 
 FIGSIZE = (3.2, 2.6)  # inches at DPI: 256 x 208 pixels
 DPI = 80
@@ -88,28 +92,37 @@ def line(data: np.ndarray, vmin: float, vmax: float, length: int, block: int, ch
 
 
 def bars(data: np.ndarray, vmin: float, vmax: float, changed: np.ndarray | None = None) -> bytes:
-    """A short 1-D array as one bar per element; changed elements red."""
+    """A short 1-D array as one bar per element, its value a line across the bar's top (a bar of 0 is a flat mark
+    on the 0 line, not nothing); changed elements red."""
     figure, axes = _figure()
-    colours = np.where(changed, "red", "tab:blue") if changed is not None else "tab:blue"
-    axes.bar(np.arange(len(data)), data, color=colours, width=0.8)
+    x = np.arange(len(data))
+    colours = np.where(changed, "red", "tab:blue") if changed is not None else np.full(len(data), "tab:blue")
+    axes.bar(x, data, color=colours, width=0.8)
+    axes.hlines(data, x - 0.4, x + 0.4, colors=colours, linewidth=3)
+    axes.axhline(0.0, color="0.6", linewidth=0.6, zorder=0)
     _limits(axes, min(vmin, 0.0), max(vmax, 0.0), len(data))
     return _png(figure)
 
 
 def _limits(axes, vmin: float, vmax: float, length: int) -> None:
-    pad = 0.05 * (vmax - vmin) or 0.5
+    """The y range, padded so that a line at either end stands clear of the frame; the x range over the elements,
+    ticks at whole elements."""
+    if vmin == vmax:
+        vmin, vmax = (0.0, 1.0) if vmin == 0 else (vmin - abs(vmin) / 2, vmax + abs(vmax) / 2)
+    pad = 0.08 * (vmax - vmin)
     axes.set_ylim(vmin - pad, vmax + pad)
-    axes.set_xlim(-0.5 if length <= 64 else 0, length - (0.5 if length <= 64 else 0))
+    axes.set_xlim(-0.6 if length <= 64 else 0, length - (0.4 if length <= 64 else 0))
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
 
 
 def scale(arrays: list[np.ndarray]) -> tuple[float, float]:
-    """The (vmin, vmax) covering every finite value of ``arrays``; (0, 1) when there is none, and a unit
-    range around a constant so that a constant tensor still draws."""
+    """The (vmin, vmax) covering every finite value of ``arrays``; (0, 1) when there is none or every value is 0,
+    and a unit range around another constant, so that a constant tensor still draws."""
     finite = [a[np.isfinite(a)] for a in arrays]
     finite = [a for a in finite if a.size]
     if not finite:
         return 0.0, 1.0
     low, high = float(min(a.min() for a in finite)), float(max(a.max() for a in finite))
     if low == high:
-        return low - 0.5, high + 0.5
+        return (0.0, 1.0) if low == 0 else (low - 0.5, high + 0.5)
     return low, high

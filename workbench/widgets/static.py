@@ -11,6 +11,11 @@ twin's class, and a rule applies to the whole page once the widget is on it. Whe
 nbviewer; the documentation site; JupyterLab opening an untrusted notebook) nothing hides the twin, and the
 widget's output shows at most its one line. One picture per view, everywhere.
 
+When the ranks are stopped (``%iris stop``, every lesson's last cell), :func:`replace_live_views` replaces each live
+view by its twin: the twin gets the view's last state, the widget's output becomes an empty widget reference (which
+JupyterLab hides, as it hides a closed widget's), and the widgets are closed. A notebook saved then and reopened,
+with no kernel holding the widgets' models, shows the twins, and no "model not found" under them.
+
 The HTML is built from the widget's own children, so nothing is drawn twice: the values of its ``HTML``
 widgets (headers, captions, tables, heap bars) and its images as base64 PNGs, laid out as the boxes lay them
 out. Controls (toggles, sliders, dropdowns) are left out: without a kernel they do nothing. No part is wider
@@ -29,14 +34,22 @@ from __future__ import annotations
 import base64
 import html
 import uuid
+import weakref
 
 import ipywidgets as widgets
 from IPython.display import display, update_display
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # Layout traits that shape the static form as they shape the widget (trait name -> CSS property).
-LAYOUT_CSS = {"margin": "margin", "width": "width", "max_width": "max-width", "flex_flow": "flex-flow"}
+LAYOUT_CSS = {"margin": "margin", "width": "width", "max_width": "max-width", "flex_flow": "flex-flow",
+              "grid_template_columns": "grid-template-columns", "grid_gap": "gap", "padding": "padding",
+              "border": "border", "min_width": "min-width"}
 FIT = "max-width:100%"  # every part of the static form: never wider than its box (see the module's docstring)
+# What a widget's output becomes once its view is replaced by its twin: a reference to no model, which JupyterLab's
+# widget renderer hides (as it does a closed widget's output), and a one-line text elsewhere.
+NO_MODEL = {"model_id": "", "version_major": 2, "version_minor": 0}
+
+_displayed: weakref.WeakSet = weakref.WeakSet()  # the views displayed with their twins, until replaced by them
 
 
 class StaticForm:
@@ -81,7 +94,20 @@ class StaticForm:
         bundle = self._repr_mimebundle_()
         display(static_twin(bundle["text/html"], self.display_id, self.twin_text()), raw=True,
                 display_id=self.display_id)
-        display({WIDGET_VIEW: bundle[WIDGET_VIEW], "text/plain": bundle["text/plain"]}, raw=True)
+        display({WIDGET_VIEW: bundle[WIDGET_VIEW], "text/plain": bundle["text/plain"]}, raw=True,
+                display_id=f"{self.display_id}-widget")
+        _displayed.add(self)
+
+    def replace_by_twin(self) -> None:
+        """Leave the twin in the view's place, as of now (see the module's docstring): its outputs get the static
+        form, the widget's outputs no model, and the widgets are closed. Nothing for a view never displayed."""
+        if self.display_id is None or getattr(self, "comm", None) is None:
+            return
+        self.update_displays()
+        update_display({WIDGET_VIEW: NO_MODEL, "text/plain": self.summary()}, raw=True,
+                       display_id=f"{self.display_id}-widget")
+        _close_all(self)
+        _displayed.discard(self)
 
     def update_displays(self) -> None:
         """Send the twins of this view its current static HTML, so that what a saved notebook shows
@@ -89,6 +115,23 @@ class StaticForm:
         if self.display_id is not None:
             update_display(static_twin(static_html(self), self.display_id, self.twin_text()), raw=True,
                            display_id=self.display_id)
+
+
+def replace_live_views() -> int:
+    """Replace every live view displayed with its twin (:meth:`StaticForm.replace_by_twin`): what ``%iris stop``
+    does once the ranks are gone, so that a notebook saved afterwards reopens without the widgets' errors. The
+    number of views replaced."""
+    views = [view for view in list(_displayed) if getattr(view, "comm", None) is not None]
+    for view in views:
+        view.replace_by_twin()
+    return len(views)
+
+
+def _close_all(widget: widgets.Widget) -> None:
+    """Close ``widget`` and every widget under it (a box's close leaves its children open)."""
+    for child in getattr(widget, "children", ()):
+        _close_all(child)
+    widget.close()
 
 
 def static_twin(static: str, twin_class: str, text: str | None = None) -> dict:
@@ -146,8 +189,12 @@ def static_html(widget: widgets.Widget) -> str:
     if isinstance(widget, widgets.HTML):
         return f"<div{_classes(widget)}{_style(widget, (FIT,))}>{widget.value}</div>" if widget.value else ""
     if isinstance(widget, widgets.Box):
-        flex = ((FIT, "display:flex", "flex-direction:column", "align-items:flex-start")
-                if isinstance(widget, widgets.VBox) else (FIT, "display:flex", "flex-flow:row wrap"))
+        if isinstance(widget, widgets.GridBox):
+            flex = (FIT, "display:grid")
+        elif isinstance(widget, widgets.VBox):
+            flex = (FIT, "display:flex", "flex-direction:column", "align-items:flex-start")
+        else:
+            flex = (FIT, "display:flex", "flex-flow:row wrap")
         inner = "".join(static_html(child) for child in widget.children)
         return f"<div{_classes(widget)}{_style(widget, flex)}>{inner}</div>" if inner else ""
     return ""

@@ -1,17 +1,23 @@
 """StepperView: a stepped run (:class:`workbench.stepping.SteppedRun`) as one panel per rank, the heaps its steps
 touch, and the transcript of the steps taken; buttons take the next steps.
 
-A rank's panel shows the kernel's source around the line it is held at (that line marked), its program id, the
-operation and its target (``store to mailbox[0..3] of rank 1``), the values it will write or compare, the values
-there now, its state (held, in a host barrier, ended) and, for a rank that keeps reading the same values, what it
-waits for and who could release it. Under the panels, every heap that a step taken or a held operation targets, on
-each rank it targets, drawn as :class:`~workbench.widgets.BufferView` draws a buffer (one colour scale per name,
-what the last step changed in red, a table of values for small tensors). Under them, the transcript, growing.
+A rank's panel shows the kernel's source around the line it is held at (that line marked; a long line wraps under
+its own indentation), its program id, the operation and its target (``store to mailbox[0..3] of rank 1``, written
+as the transcript writes it), the values it will write or compare, the values there now, its state (held, in a host
+barrier, ended) and, for a held rank that keeps reading the same values, what it waits for and who could release it.
+The panels share the width the notebook gives them (side by side where each gets :data:`PANEL_MIN`, else one under
+the other). Under the panels, every heap that a step taken or a held operation targets, on each rank it targets,
+one heap to a line in the order of their allocation (the same every run), drawn as
+:class:`~workbench.widgets.BufferView` draws a buffer (one colour scale per name, a table of values beside the
+pictures for small tensors). Red is what the last steps changed: it stays until steps are taken again (saving the
+order, a failed click or a stop leave it); a heap first shown after steps were taken (a run to the end) is marked
+where those steps wrote. Under the heaps, the transcript, growing.
 
 Every action (a button here, or a method of the run called from Python) redraws the view and its static form
 (:mod:`.static`): an export shows the transcript and each rank's state as of the last step. An action that fails
 (a rank that cannot step, a timeout, an order that diverged) says why in the view, above the panels; the view is
-redrawn all the same, never left as it was before the click.
+redrawn all the same, never left as it was before the click. What it says stays until the run moves on (a step
+taken, the run's end or stop), from the view or from Python.
 
 Examples
 --------
@@ -26,11 +32,14 @@ from __future__ import annotations
 
 import html
 import linecache
-import uuid
+import math
 from pathlib import Path
 
 import ipywidgets as widgets
+import numpy as np
 import torch
+
+from iris.instruments.stepping.transcript import element_phrase
 
 from . import panels, reduce, render
 from .static import StaticForm
@@ -39,11 +48,17 @@ CONTEXT = 3  # source lines shown above and below the held line
 SHOWN = 8  # values shown of an operation's operands and of what is there now
 ORDER_FILE = "stepped.order.json"
 HELD_LINE = "background:#fff2a8"  # the line a rank is held at
-NUMBERS = "8ch"  # the marker and line number before a source line
+NUMBERS = 8  # characters before a source line's text: the marker and the line number
 WAITING = "color:#a55a00"
-PANEL_WIDTH = "470px"  # two ranks side by side in JupyterLab's output column (long source lines wrap)
+PANEL_MIN = "440px"  # a rank's panel is at least this wide, else the panels go one under the other
+# The rank panels share the row: as many columns as fit PANEL_MIN, each an equal share (never wider than the row).
+RANK_COLUMNS = f"repeat(auto-fit, minmax(min({PANEL_MIN}, 100%), 1fr))"
 TEXT = "line-height:1.4"  # lines of text, not the height of a widget's row that ipywidgets gives an HTML widget
 ERROR = "color:#b00"
+MARKED = "color:#c00"
+MAX_SIDE = 256  # blocks per side of a heap's picture
+# The report's time column, for a stepped cell: the cell ran while a person (or a script) took the steps.
+STEPPED_TIME = "time from start to end, waits for the steps included"
 
 
 class StepperView(StaticForm, widgets.VBox):
@@ -74,12 +89,17 @@ class StepperView(StaticForm, widgets.VBox):
 
     def __init__(self, run):
         self.run = run
-        self.token = f"stepper-view-{uuid.uuid4().hex}"  # this view's previous heap snapshots (diff marks)
         self.heaps_shown: dict[str, set[int]] = {}  # allocation name -> the ranks whose copy is drawn, kept once seen
+        self.heap_offsets: dict[str, int] = {}  # allocation name -> its offset in the heap: the heaps' order
         self.heap_rows: dict[str, HeapRow] = {}  # allocation name -> its copies drawn
         self.last_values: dict[tuple[str, int], torch.Tensor | str] = {}  # each heap at the last redraw
         self._read_at_end = False  # the heaps were read once the cell had ended: they change no more
         self._acting = False
+        self._drawn_steps = 0  # steps in the transcript at the last redraw
+        self._snapshots: dict[tuple[str, int], dict] = {}  # each copy's snapshot at the last steps, and its marks:
+        self._marks: dict[tuple[str, int], tuple] = {}  # (changed blocks, changed values, "changed"/"written"/None)
+        self._looked_at: dict[tuple[str, int], int] = {}  # the steps taken when each copy's marks were made
+        self._said_at: tuple | None = None  # where the run was when the message was written
 
         self.header = widgets.HTML()
         self.message = widgets.HTML()
@@ -87,8 +107,9 @@ class StepperView(StaticForm, widgets.VBox):
         self.run_all = _button("run all to the end", "the held ranks take turns until every rank has ended")
         self.stop = _button("stop", "end the run now: every held rank's kernel raises SteppingStopped",
                             style="danger")
-        self.order_file = widgets.Text(value=ORDER_FILE, description="order file",
+        self.order_file = widgets.Text(value=run.order_file or ORDER_FILE, description="order file",
                                        layout=widgets.Layout(width="280px"))
+        self._order_file_seen = run.order_file  # the run's replayed file the box last took
         self.save = _button("save the order", "write the steps taken so far to the order file, to replay later")
         self.replay = _button("replay the order", "take the steps of the order file, from where the ranks are now")
         self.step_each.on_click(lambda _: self._act(self.run.step_each))
@@ -100,7 +121,9 @@ class StepperView(StaticForm, widgets.VBox):
                                 layout=widgets.Layout(flex_flow="row wrap"))
 
         self.panels = [RankStepPanel(rank, len(run.ranks), self._act, run) for rank in range(len(run.ranks))]
-        rank_row = widgets.HBox(self.panels, layout=widgets.Layout(flex_flow="row wrap"))
+        rank_row = widgets.GridBox(self.panels, layout=widgets.Layout(grid_template_columns=RANK_COLUMNS, width="100%",
+                                                                      grid_gap="12px", margin="0 0 12px 0"))
+        rank_row.add_class("iris-stepper-ranks")
         self.heaps = widgets.VBox()
         self.transcript = widgets.HTML()
         super().__init__([self.header, self.message, controls, rank_row, self.heaps, self.transcript])
@@ -138,7 +161,12 @@ class StepperView(StaticForm, widgets.VBox):
             self.message.value = f"<pre style='{ERROR};white-space:pre-wrap'>{html.escape(_error(exc))}</pre>"
         finally:
             self._acting = False
+            self._said_at = self._moment()
             self.redraw()
+
+    def _moment(self) -> tuple:
+        """Where the run is, as far as a message about it goes: the steps taken, and whether it has ended."""
+        return len(self.run.transcript), self.run.done
 
     def _save_order(self) -> str:
         path = self.run.order.save(self._order_path())
@@ -160,6 +188,10 @@ class StepperView(StaticForm, widgets.VBox):
         if self._acting:
             return
         run = self.run
+        if self.message.value and self._moment() != self._said_at:  # said of a moment the run has moved on from
+            self.message.value = ""
+        if run.order_file != self._order_file_seen:  # a file replayed from Python: the box names it
+            self.order_file.value = self._order_file_seen = run.order_file
         self.header.value = self._header()
         for control in (self.step_each, self.run_all, self.stop, self.replay):
             control.disabled = run.done
@@ -168,6 +200,7 @@ class StepperView(StaticForm, widgets.VBox):
         for panel in self.panels:
             panel.draw(run, values)
         self._draw_heaps(values)
+        self._drawn_steps = len(run.transcript)
         self.transcript.value = ("<b>transcript</b>" + run.transcript.html() if len(run.transcript)
                                  else "<i>no step taken yet</i>")
         self.update_displays()
@@ -177,7 +210,7 @@ class StepperView(StaticForm, widgets.VBox):
         text = f"<b>stepped run</b> on {len(run.ranks)} ranks · {_steps(len(run.transcript))} taken"
         if run.done:
             # A run stopped part way: every rank's error is the stop itself, said in a line, not its tracebacks.
-            report = "" if _stopped(run) else run.report.render() + "\n"
+            report = "" if _stopped(run) else run.report.render(time_label=STEPPED_TIME) + "\n"
             outputs = "".join(f"[rank {rank}] {line}\n" for rank, result in sorted(run.report.results.items())
                               for line in result.stdout.splitlines())
             text += f" · {html.escape(_ending(run))}"
@@ -194,6 +227,7 @@ class StepperView(StaticForm, widgets.VBox):
             for target in operation["targets"]:
                 if "allocation" in target:  # inside a named allocation (not a bare heap offset)
                     self.heaps_shown.setdefault(target["name"], set()).add(target["rank"])
+                    self.heap_offsets.setdefault(target["name"], target["allocation"])
 
     def _read_heaps(self) -> dict[tuple[str, int], torch.Tensor | str]:
         """Each heap shown, read now: a tensor, or why it could not be read. Once the cell has ended no gate is
@@ -219,17 +253,65 @@ class StepperView(StaticForm, widgets.VBox):
         return values
 
     def _draw_heaps(self, values) -> None:
-        """Each heap shown, in the widgets made for it the first time (a redraw per step makes no new widgets)."""
-        for name, ranks in self.heaps_shown.items():
+        """Each heap shown, in the widgets made for it the first time (a redraw per step makes no new widgets), one
+        to a line, in the order of their allocation: the same every run, whichever rank's step showed one first."""
+        order = sorted(self.heaps_shown, key=lambda name: (self.heap_offsets.get(name, math.inf), name))
+        for name in order:
             if name not in self.heap_rows:
                 self.heap_rows[name] = HeapRow(name)
-            self.heap_rows[name].draw(sorted(ranks), values, self.token, self._held_at)
+            snapshots = [self._snapshot(name, rank, values[name, rank]) for rank in sorted(self.heaps_shown[name])]
+            self.heap_rows[name].draw(snapshots, self._held_at)
         if self.heaps_shown and not self.heaps.children:
-            self.heaps.children = [widgets.HTML("<b>the heaps the steps touch</b> (red: changed since the last "
-                                                "redraw, that is by the last step or run)"),
-                                   widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))]
+            self.heaps.children = [widgets.HTML(f"<div style='{TEXT}'><b>the heaps the steps touch</b> (red: what "
+                                                "the last steps changed; a heap first shown after steps: what they "
+                                                "wrote there)</div>"),
+                                   widgets.VBox()]
         if self.heaps.children:
-            self.heaps.children[1].children = list(self.heap_rows.values())
+            self.heaps.children[1].children = [self.heap_rows[name] for name in order]
+
+    def _snapshot(self, name: str, rank: int, value) -> dict:
+        """``rank``'s copy of ``name`` reduced for its picture (or why there is none), with the marks of the last
+        steps: what changed since the copy's look before them, or for a copy first shown after steps, the elements
+        those steps wrote. Marks are made once per steps taken: a redraw without a step keeps them."""
+        if isinstance(value, str):
+            return {"status": "error", "rank": rank, "message": value}
+        snapshot = {"status": "ok", "rank": rank, **reduce.summarize_tensor(value, None, MAX_SIDE, 0)}
+        key, steps = (name, rank), len(self.run.transcript)
+        if self._looked_at.get(key) != steps:
+            before = self._snapshots.get(key)
+            if before is not None and (before["shape"], before["dtype"]) == (snapshot["shape"], snapshot["dtype"]):
+                self._marks[key] = (reduce.changed(before, snapshot),
+                                    reduce.changed(before, snapshot, ("values",)) if "values" in snapshot else None,
+                                    "changed")
+            else:
+                self._marks[key] = self._written(name, rank, snapshot)
+            self._snapshots[key], self._looked_at[key] = snapshot, steps
+        snapshot["changed"], snapshot["values_changed"], snapshot["marked"] = self._marks[key]
+        return snapshot
+
+    def _written(self, name: str, rank: int, snapshot: dict) -> tuple:
+        """The marks of a copy first shown: the elements the steps since the last redraw wrote (stores, and atomics
+        that changed a value), as block and value masks; no marks when they wrote none."""
+        plane_shape = tuple(snapshot["plane_shape"])
+        count = math.prod(plane_shape)
+        written = np.zeros(math.prod(snapshot["shape"]) or 1, dtype=bool)
+        for step in self.run.transcript.steps[self._drawn_steps:]:
+            op = step.operation
+            unchanged = op["kind"].startswith("atomic") and step.before == step.after  # a poll that found no match
+            if op["kind"] in ("load", "host barrier") or unchanged:
+                continue
+            for target in op["targets"]:
+                if target.get("name") == name and target["rank"] == rank and "allocation" in target:
+                    itemsize = getattr(torch, target["dtype"]).itemsize
+                    start = (target["offset"] - target["allocation"]) // itemsize
+                    written[start:start + math.ceil(target["nbytes"] / itemsize)] = True
+        if not written.any():
+            return None, None, None
+        plane = written[:count].reshape(plane_shape)  # above 2-D, the picture is slice 0: the first elements
+        blocks = plane
+        for axis, size in enumerate(snapshot["block"]):
+            blocks = np.logical_or.reduceat(blocks, np.arange(0, plane_shape[axis], size), axis=axis)
+        return blocks, (written if "values" in snapshot else None), "written"
 
     def _held_at(self, name: str, heap_rank: int) -> list[str]:
         """Which held ranks' next operation targets ``name`` on ``heap_rank``, in words."""
@@ -243,34 +325,28 @@ class StepperView(StaticForm, widgets.VBox):
         return said
 
 
-class HeapRow(widgets.VBox):
+class HeapRow(widgets.HBox):
     """One allocation's copies on the ranks a stepped run touches, on one colour scale, as a BufferView draws a
-    buffer: a :class:`~workbench.widgets.panels.RankPanel` per rank, then the values table of a small tensor.
+    buffer: a :class:`~workbench.widgets.panels.RankPanel` per rank, then the values table of a small tensor beside
+    them. A heap has a line of its own: its table growing wider moves no other heap.
 
     Examples
     --------
     >>> row = HeapRow("mailbox")                                             # doctest: +SKIP
-    >>> row.draw([1], {("mailbox", 1): torch.zeros(4)}, "view-1", lambda name, rank: [])   # doctest: +SKIP
+    >>> row.draw([{"status": "error", "rank": 1, "message": "gone"}], lambda name, rank: [])   # doctest: +SKIP
     """
 
     def __init__(self, name: str):
         self.name = name
         self.pictures: dict[int, panels.RankPanel] = {}
-        self.row = widgets.HBox(layout=widgets.Layout(flex_flow="row wrap"))
-        self.table = widgets.HTML()
-        super().__init__([self.row, self.table], layout=widgets.Layout(margin="0 16px 8px 0"))
+        self.table = widgets.HTML(layout=widgets.Layout(margin="24px 0 0 8px"))
+        super().__init__([self.table], layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start",
+                                                             margin="0 0 8px 0"))
+        self.add_class("iris-stepper-heap")
 
-    def draw(self, ranks: list[int], values, token: str, held_at) -> None:
-        """Draw the copies on ``ranks`` from ``values`` (a tensor, or why there is none); ``token`` keys the
-        previous snapshots (what changed is red); ``held_at(name, rank)`` says which held ranks target a copy."""
-        snapshots = []
-        for rank in ranks:
-            value = values[self.name, rank]
-            if isinstance(value, str):
-                snapshots.append({"status": "error", "rank": rank, "message": value})
-            else:
-                snapshot = reduce.summarize_tensor(value, f"{token}-{self.name}-{rank}", 256, 0)
-                snapshots.append({"status": "ok", "rank": rank, **snapshot})
+    def draw(self, snapshots: list[dict], held_at) -> None:
+        """Draw the copies of ``snapshots`` (from the view's ``_snapshot``: a tensor's reduction with its marks, or
+        why there is none); ``held_at(name, rank)`` says which held ranks target a copy."""
         data = {s["rank"]: panels.displayed(s, "mean") for s in snapshots if s["status"] == "ok"}
         vmin, vmax = render.scale(list(data.values()))
         for snapshot in snapshots:
@@ -281,10 +357,21 @@ class HeapRow(widgets.VBox):
                 self.pictures[rank].show_message(html.escape(snapshot["message"]))
                 continue
             png = panels.picture(snapshot, data[rank], vmin, vmax, snapshot["changed"])
-            lines = [panels.stats_line(snapshot), panels.change_line(snapshot), *held_at(self.name, rank)]
+            lines = [panels.stats_line(snapshot), mark_line(snapshot), *held_at(self.name, rank)]
             self.pictures[rank].show(png, f"<div style='{TEXT}'>{'<br>'.join(lines)}</div>")
-        self.row.children = [self.pictures[rank] for rank in ranks]
+        self.children = [*(self.pictures[s["rank"]] for s in snapshots), self.table]
         self.table.value = panels.values_table(snapshots, mark_changes=True)
+
+
+def mark_line(snapshot: dict) -> str:
+    """What the red of a heap's picture means: what the last steps changed, or (a heap first shown after steps)
+    what they wrote."""
+    mask = snapshot.get("changed")
+    if snapshot.get("marked") == "written" and mask is not None:
+        unit = "element" if all(b == 1 for b in snapshot["block"]) else "block"
+        return (f"<span style='{MARKED}'>first shown now: {int(mask.sum())} of {mask.size} {unit}"
+                f"{'s' * (mask.size != 1)} written by the last steps</span>")
+    return panels.change_line(snapshot)
 
 
 class RankStepPanel(widgets.VBox):
@@ -312,17 +399,22 @@ class RankStepPanel(widgets.VBox):
         self.step = _button(f"step rank {rank}", f"rank {rank} takes its next step")
         self.run_until = _button(f"run rank {rank} until", f"step rank {rank} until the point chosen beside")
         choices = [(f"its next access to rank {r}'s heap", f"rank {r}") for r in range(world)]
-        self.until = widgets.Dropdown(options=[*choices, ("line (below)", "line")], value="rank 0" if world else None,
+        self.until = widgets.Dropdown(options=[*choices, ("a line", "line")], value="rank 0" if world else None,
                                       layout=widgets.Layout(width="250px"))
-        self.line = widgets.IntText(value=1, description="line", layout=widgets.Layout(width="130px"))
+        # the line to run until: shown only while "a line" is chosen
+        self.line = widgets.IntText(value=1, description="line", layout=widgets.Layout(width="130px", display="none"))
+        self.until.observe(lambda _: self._show_line(), names="value")
         self.step.on_click(lambda _: act(lambda: run.step(rank)))
         self.run_until.on_click(lambda _: act(lambda: self._run_until(run)))
-        controls = widgets.VBox([self.step, widgets.HBox([self.run_until, self.until]), self.line],
+        controls = widgets.VBox([self.step, widgets.HBox([self.run_until, self.until, self.line],
+                                                         layout=widgets.Layout(flex_flow="row wrap"))],
                                 layout=widgets.Layout(align_items="flex-start"))
         super().__init__([self.title, self.source, self.details, controls],
-                         layout=widgets.Layout(margin="0 12px 12px 0", padding="4px 8px", width=PANEL_WIDTH,
-                                               max_width="100%", border="1px solid #ddd"))
+                         layout=widgets.Layout(margin="0", padding="4px 8px", min_width="0", border="1px solid #ddd"))
         self.add_class("iris-stepper-rank")
+
+    def _show_line(self) -> None:
+        self.line.layout.display = None if self.until.value == "line" else "none"
 
     def target(self) -> dict:
         """The point chosen for ``run until``, as ``run.run``'s keyword arguments."""
@@ -345,9 +437,9 @@ class RankStepPanel(widgets.VBox):
         lines = []
         if state.state == "paused":
             lines += operation_lines(operation, values)
-        waiting = run.waiting_on(self.rank)
+        waiting = run.waiting_on(self.rank) if state.held and not run.done else None  # a stopped rank waits no more
         if waiting:
-            lines.append(f"<span style='{WAITING}'>⏳ {html.escape(waiting)}</span>")
+            lines.append(f"<span style='{WAITING}'>{html.escape(waiting)}</span>")
         self.details.value = f"<div style='{TEXT}'>{'<br>'.join(lines)}</div>" if lines else ""
 
 
@@ -398,27 +490,6 @@ def state_phrase(state) -> str:
     }[state.state]()
 
 
-def element_phrase(target: dict) -> str:
-    """The elements an operation touches: ``mailbox[0..3] of rank 1``, ``flag[0] of rank 1``, ``tile[2, 0] and 15
-    more of rank 0``.
-
-    Examples
-    --------
-    >>> element_phrase({"name": "mailbox", "rank": 1, "first": [0], "count": 4, "shape": [4], "nbytes": 16,
-    ...                 "dtype": "float32"})
-    'mailbox[0..3] of rank 1'
-    """
-    first, count = list(target.get("first") or []), target["count"]
-    name, where = target["name"], f" of rank {target['rank']}"
-    if not first:
-        return name + where
-    itemsize = getattr(torch, target["dtype"]).itemsize if "dtype" in target else None
-    if len(first) == 1 and count > 1 and target.get("nbytes") == count * itemsize:  # one run of elements
-        return f"{name}[{first[0]}..{first[0] + count - 1}]{where}"
-    more = f" and {count - 1} more" if count > 1 else ""
-    return f"{name}[{', '.join(map(str, first))}]{more}{where}"
-
-
 def operation_lines(operation: dict, values) -> list[str]:
     """What a held rank is about to do, as HTML lines: program, operation and target, operands, values there now."""
     verb = {"load": "from", "store": "to"}.get(operation["kind"], "on")
@@ -453,9 +524,12 @@ def source_html(operation: dict) -> str:
     rows = []
     for number, text in shown:
         held = number == line
-        # A long line wraps under its text, not under its number: nothing is cut off, nothing scrolls.
-        style = f"white-space:pre-wrap;padding-left:{NUMBERS};text-indent:-{NUMBERS}" + (f";{HELD_LINE}" if held
-                                                                                           else "")
+        text = text.expandtabs(8)
+        # A long line wraps under its own text, not under its number, and keeps its indentation: nothing is cut
+        # off, nothing scrolls, and a wrapped line of a loop's body stays inside the loop.
+        hang = NUMBERS + len(text) - len(text.lstrip(" "))
+        style = f"white-space:pre-wrap;padding-left:{hang}ch;text-indent:-{hang}ch" + (f";{HELD_LINE}" if held
+                                                                                          else "")
         rows.append(f"<div style='{style}'>{'▶' if held else ' '} {number:4d}  {html.escape(text)}</div>")
     kernel = operation.get("kernel")
     caption = f"{'kernel ' + html.escape(kernel) + ', ' if kernel else ''}{where}, line {line}"

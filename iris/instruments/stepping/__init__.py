@@ -5,7 +5,8 @@ ranks let go one step at a time in an order a person (or a script, or a race rep
 * :mod:`.coordinator`: :class:`Coordinator`, which holds the ranks and steps them;
 * :mod:`.order`: :class:`Order`, a run's steps, saved, edited and replayed (the same heaps, bit for bit);
 * :mod:`.transcript`: :class:`Transcript`, the numbered table of steps with the values before and after;
-* :mod:`.race_replay`: a race of the checker's made to happen (:func:`make_it_happen`, :func:`what_happened`);
+* :mod:`.race_replay`: a race of the checker's made to happen (:func:`make_it_happen`, :func:`what_happened`), or
+  held just before it (:func:`hold_before_race`);
 * :mod:`.protocol`: what the two sides say.
 
 The workbench drives it from a notebook (``%%iris_kernel --step``, :func:`workbench.step`); a script runs a
@@ -22,8 +23,9 @@ from .coordinator import Coordinator, RankState, SteppingError
 from .gate import ON_A_GPU, Gate, stepped
 from .order import Entry, Order, OrderDiverged
 from .protocol import SteppingStopped
-from .race_replay import make_it_happen, race_order, what_happened
-from .transcript import Step, Transcript
+from .race_replay import hold_before_race, make_it_happen, race_order, what_happened
+from .transcript import Step, Transcript, element_phrase
 
 __all__ = ["ON_A_GPU", "Coordinator", "Entry", "Gate", "Order", "OrderDiverged", "RankState", "Step", "SteppingError",
-           "SteppingStopped", "Transcript", "make_it_happen", "race_order", "stepped", "what_happened"]
+           "SteppingStopped", "Transcript", "element_phrase", "hold_before_race", "make_it_happen", "race_order",
+           "stepped", "what_happened"]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from .order import Order, OrderDiverged
 from .protocol import Channel
-from .transcript import Step, Transcript
+from .transcript import Step, Transcript, element_phrase
 
 WAITING_POLLS = 2  # a rank that read the same values this many times in a row waits on them (a flag)
 SETTLE_SECONDS = 60.0  # how long a step may take (the rank runs host code until its next access)
@@ -211,9 +211,10 @@ class Coordinator:
                 taken += 1
         return taken
 
-    def run_first(self, ranks, until=None, max_steps: int = MAX_STEPS) -> int:
+    def run_first(self, ranks, until=None, before=None, max_steps: int = MAX_STEPS) -> int:
         """Step the ranks, always the first of ``ranks`` that can go (then the others, in rank order), to their end
-        or until ``until(step)`` is true of a step taken. A rank waiting on a value that no step has changed since
+        or until ``until(step)`` is true of a step taken, or until ``before(rank, operation)`` is true of the step
+        about to be taken (the rank stays held before it). A rank waiting on a value that no step has changed since
         gives way until one does. Returns the number of steps taken; they are recorded as any steps are, so the
         run can be saved and replayed exactly (:mod:`.race_replay` makes a race happen this way)."""
         preference = list(dict.fromkeys([*ranks, *range(self.world_size)]))
@@ -227,6 +228,8 @@ class Coordinator:
             if taken >= max_steps:
                 raise SteppingError(f"{max_steps} steps and the ranks have not ended: {self.summary()}")
             going = [r for r in held if self.ranks[r].polls < WAITING_POLLS] or held
+            if before is not None and before(going[0], self.ranks[going[0]].operation):
+                break
             step = self.step(going[0])
             taken += 1
             if until is not None and until(step):
@@ -235,14 +238,17 @@ class Coordinator:
 
     def replay(self, order: Order, *, strict: bool = True) -> None:
         """Take the steps of ``order``, in its order; raise :class:`OrderDiverged` at the first step that no longer
-        fits (its rank is not held, or, with ``strict``, is held at another operation than the recorded one)."""
+        fits (its rank is not held, or, with ``strict``, is held at another operation than the recorded one). An order
+        replayed after steps were taken starts in the middle of the run: its divergence says so (a saved order starts
+        at a run's first step)."""
+        taken = len(self.order)
         for index, entry in enumerate(order.entries):
             state = self.ranks[entry.rank]
             if not state.held:
-                raise OrderDiverged(index, entry, f"rank {entry.rank} is {self.describe(state)}")
+                raise OrderDiverged(index, entry, f"rank {entry.rank} is {self.describe(state)}", taken)
             found = self.order.signature(state.operation, state.state == "barrier")
             if strict and entry.signature is not None and entry.signature != found:
-                raise OrderDiverged(index, entry, f"rank {entry.rank} is held before {found}")
+                raise OrderDiverged(index, entry, f"rank {entry.rank} is held before {found}", taken)
             self.step(entry.rank)
 
     def _wake_waiters(self, writer: int, operation: dict) -> None:
@@ -287,7 +293,7 @@ class Coordinator:
         if state.polls < WAITING_POLLS or state.operation is None:
             return None
         target = state.operation["targets"][0]
-        what = f"{target['name']}{list(target.get('first', []))} of rank {target['rank']}"
+        what = element_phrase(target)
         writers = [other.rank for other in self.ranks if other.rank != rank and other.held and other.operation
                    and other.operation["kind"] != "load"
                    and any(t["rank"] == target["rank"] and t.get("allocation") == target.get("allocation")

@@ -31,13 +31,32 @@ class Entry:
 
 
 class OrderDiverged(RuntimeError):
-    """A replayed order no longer fits the code: step ``index`` expected ``entry`` and found something else."""
+    """A replayed order no longer fits the run: step ``index`` expected ``entry`` and found something else.
 
-    def __init__(self, index: int, entry: Entry, found: str):
-        self.index, self.entry, self.found = index, entry, found
+    The likely cause it names: with ``taken`` steps taken before the replay began, the replay started in the middle
+    of the run, while a saved order starts at a run's first step; with none, the code changed since the order was
+    recorded.
+
+    Examples
+    --------
+    >>> print(OrderDiverged(1, Entry(1, "load consume line 9"), "rank 1 is held before atomic_cas consume line 14",
+    ...                     taken=3))   # doctest: +ELLIPSIS
+    the order diverged at its step 1 (step 4 of this run): ... the replay began in the middle of the run, after 3 ...
+    """
+
+    def __init__(self, index: int, entry: Entry, found: str, taken: int = 0):
+        self.index, self.entry, self.found, self.taken = index, entry, found, taken
         wanted = f"rank {entry.rank}" + (f" before {entry.signature}" if entry.signature else "")
-        super().__init__(f"the order diverged at step {index}: it expects {wanted}, but {found} (has the kernel "
-                         "changed since the order was recorded? record a new one, or edit the order)")
+        if taken:
+            where = f"its step {index} (step {taken + index} of this run)"
+            cause = (f"likely cause: the replay began in the middle of the run, after {taken} step"
+                     f"{'s' * (taken != 1)} already taken, and a saved order starts at a run's first step. Replay it "
+                     "on a fresh run (workbench.step(code, order=FILE), or %%iris_kernel --step --replay FILE), or "
+                     "keep only the steps that follow")
+        else:
+            where = f"step {index}"
+            cause = ("has the kernel changed since the order was recorded? record a new one, or edit the order")
+        super().__init__(f"the order diverged at {where}: it expects {wanted}, but {found} ({cause})")
 
 
 class Order:

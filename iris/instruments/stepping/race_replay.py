@@ -14,6 +14,10 @@ a GPU's weaker ordering to go wrong (a relaxed flag: the flag's store may land b
 turned round here, since the flag is still polled until it is set; :func:`what_happened` then says that the run kept
 the checker's order rather than show a wrong value that did not occur.
 
+To walk the race by hand instead, :func:`hold_before_race` steps the ranks as :func:`make_it_happen` does but stops
+with the rank of the second access held before it: the next step of that rank takes it first. Both mark the race in
+the transcript (:attr:`.transcript.Transcript.race`): its two steps, once taken, are shaded and name each other.
+
 Examples
 --------
 >>> print(make_it_happen(coordinator, race))                       # doctest: +SKIP
@@ -32,34 +36,54 @@ def race_order(race) -> list[int]:
 
 def make_it_happen(coordinator, race) -> str:
     """Step ``coordinator``'s ranks to their end taking ``race``'s accesses the other way round from the checker's
-    run (see the module docstring); what happened, in a sentence."""
+    run (see the module docstring), from wherever they are (held by :func:`hold_before_race`, for one); what
+    happened, in a sentence."""
     first, second = race.first, race.second
+    coordinator.transcript.race = race
 
     def second_done(step) -> bool:
-        return step.rank == second.rank and _is(step, second, race.heap_rank)
+        return step.is_access(second, race.heap_rank)
 
-    if first.rank != second.rank:
+    if first.rank != second.rank and coordinator.transcript.step_of(second, race.heap_rank) is None:
         coordinator.run_first([second.rank, first.rank], until=second_done)
     coordinator.run_first([first.rank, second.rank])
     return what_happened(coordinator.transcript, race)
 
 
-def _is(step, access, heap_rank: int) -> bool:
-    op = step.operation
-    return (op["line"] == access.line and op["kind"] == access.kind
-            and any(t["rank"] == heap_rank for t in op["targets"]))
+def hold_before_race(coordinator, race) -> str:
+    """Step ``coordinator``'s ranks as :func:`make_it_happen` would, and stop where the rank of ``race``'s second
+    access is held before it: its next step takes it, before the other access. What is held where, in a sentence
+    (or, when the run never got there, what happened instead)."""
+    first, second = race.first, race.second
+    coordinator.transcript.race = race
+
+    def at_second(rank: int, operation: dict | None) -> bool:
+        return rank == second.rank and operation is not None and _takes(operation, second, race.heap_rank)
+
+    if first.rank != second.rank:
+        coordinator.run_first([second.rank, first.rank], before=at_second)
+    held = coordinator.ranks[second.rank]
+    if coordinator.done or not (held.state == "paused" and at_second(second.rank, held.operation)):
+        return f"the run did not stop before the race: {what_happened(coordinator.transcript, race)}"
+    other = coordinator.ranks[first.rank]
+    where = f"held before {other.operation['label']} at line {other.operation['line']}" if other.held else (
+        coordinator.describe(other))
+    return (f"held before the race, the other way round from the checker's run: rank {second.rank}'s "
+            f"{second.kind} at line {second.line} ({held.operation['label']}) goes first when rank {second.rank} "
+            f"takes its next step; rank {first.rank}'s {first.kind} at line {first.line} comes after it (rank "
+            f"{first.rank} is {where})")
 
 
-def _step_of(transcript: Transcript, access, heap_rank: int):
-    """The first step of ``access``'s rank, line and kind on ``heap_rank``'s heap, None if none was taken."""
-    return next((step for step in transcript.steps if step.rank == access.rank and _is(step, access, heap_rank)),
-                None)
+def _takes(operation: dict, access, heap_rank: int) -> bool:
+    """Whether ``operation`` (what a rank is held before) is ``access`` on ``heap_rank``'s heap."""
+    return (operation["line"] == access.line and operation["kind"] == access.kind
+            and any(t["rank"] == heap_rank for t in operation["targets"]))
 
 
 def what_happened(transcript: Transcript, race) -> str:
     """In which order ``race``'s two accesses came in ``transcript``, and the values each read or wrote."""
-    found = {"first": _step_of(transcript, race.first, race.heap_rank),
-             "second": _step_of(transcript, race.second, race.heap_rank)}
+    found = {"first": transcript.step_of(race.first, race.heap_rank),
+             "second": transcript.step_of(race.second, race.heap_rank)}
     missing = [race.first if name == "first" else race.second for name, step in found.items() if step is None]
     if missing:
         return (f"the run took no {missing[0].kind} at line {missing[0].line} on rank {missing[0].rank}: this order "
