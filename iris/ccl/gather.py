@@ -27,8 +27,8 @@ from ..language.sync import announce, await_all, flag_of, signal
 from .fast_path import call_key, launch, replay
 from .flag_slots import ARRIVED, DONE, SLOTS
 from .groups import GroupContext, kernel_members
-from .launch import block_size, cdiv, check_tensors, hint, overlaps, programs
-from .rooted import hear_from, kernel_for, root_of, rooted_copy_engines, rooted_variant
+from .launch import block_size, cdiv, check_tensors, hint, programs
+from .rooted import check_pieces, hear_from, kernel_for, root_of, rooted_copy_engines, rooted_variant
 from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace, reuse_or_allocate
 
@@ -93,14 +93,7 @@ def gather(output_tensor, input_tensor, ctx, dst=0, group=None, async_op=False, 
     root = root_of(ctx, "gather", members, ("dst", dst))
     check_tensors(ctx, "gather", out, inp)
     world, n = members.size, inp.numel()
-    expected = (world * inp.shape[0], *inp.shape[1:]) if inp.dim() else (world,)
-    if tuple(out.shape) != expected:
-        raise ValueError(f"rank {ctx.cur_rank}: gather of input {list(inp.shape)} over {world} ranks needs an "
-                         f"output of shape {list(expected)}, got {list(out.shape)}")
-    own = out.data_ptr() + members.rank * n * out.element_size()
-    if overlaps(out, inp) and inp.data_ptr() != own:
-        raise ValueError(f"rank {ctx.cur_rank}: gather input overlaps the output other than as this rank's rows "
-                         f"out[{members.rank} * M:{members.rank + 1} * M]; use those rows or a separate tensor")
+    in_place = check_pieces(ctx, "gather", out, inp, members)
     config = tuned_config(ctx, "gather", config, inp, members,
                           scratch_runner(ctx, gather, out, inp, dst=dst, group=group)).with_defaults()
     variant = rooted_variant(ctx, config, "gather", n * inp.element_size(), world)
@@ -119,6 +112,6 @@ def gather(output_tensor, input_tensor, ctx, dst=0, group=None, async_op=False, 
     kernel, extra = kernel_for(ctx, config, to_root_kernel, inp.element_size(), block)
     launch(workspace, call, (out, inp), kernel, (grid,), ctx.get_device_context(), inp, out,
            workspace.flags, workspace.epochs, n, root=root, **members.kernel_args(), BLOCK=block,
-           COPY_OWN=inp.data_ptr() != own, HINT=hint(*((out, r * n) for r in range(world))),
+           COPY_OWN=not in_place, HINT=hint(*((out, r * n) for r in range(world))),
            num_warps=config.num_warps, **extra)
     return workspace

@@ -30,7 +30,7 @@ from .barrier import barrier_on
 from .config import Config
 from .flag_slots import ARRIVED
 from .gluon_layouts import flat_layout, warp_threads
-from .launch import has_copy_engines
+from .launch import has_copy_engines, overlaps
 from .rules import choose_rooted_variant
 from .workspace import Workspace, reuse_or_allocate
 
@@ -79,6 +79,29 @@ def positional(collective: str, args: tuple, ctx, root, default) -> tuple:
         raise TypeError(f"{collective} needs the context: iris.ccl.{collective}(tensor, ctx, ...) or ctx=, or call "
                         f"ctx.ccl.{collective}(...)")
     return tensors, ctx, root
+
+
+def check_pieces(ctx, collective: str, whole, piece, members) -> bool:
+    """Checks of gather's and scatter's tensors: ``whole`` is ``world`` pieces shaped as ``piece`` along dim 0, and
+    ``piece`` overlaps ``whole`` only as this rank's own piece; returns whether it is that piece (in place).
+
+    Examples
+    --------
+    >>> check_pieces(ctx, "gather", out, inp, members)          # doctest: +SKIP
+    False
+    """
+    world, rank = members.size, members.rank
+    expected = (world * piece.shape[0], *piece.shape[1:]) if piece.dim() else (world,)
+    if tuple(whole.shape) != expected:
+        role = "output" if collective == "gather" else "input"
+        raise ValueError(f"rank {ctx.cur_rank}: {collective} of pieces {list(piece.shape)} over {world} ranks needs "
+                         f"an {role} of shape {list(expected)} (a piece per rank along dim 0), got "
+                         f"{list(whole.shape)}")
+    own = whole.data_ptr() + rank * piece.numel() * whole.element_size()
+    if overlaps(whole, piece) and piece.data_ptr() != own:
+        raise ValueError(f"rank {ctx.cur_rank}: {collective}'s tensors overlap other than as this rank's piece "
+                         f"[{rank} * M:{rank + 1} * M] of the larger one; use that piece or separate tensors")
+    return piece.data_ptr() == own
 
 
 def root_of(ctx, collective: str, members, *names: tuple) -> int:

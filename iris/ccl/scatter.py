@@ -18,8 +18,8 @@ from __future__ import annotations
 from .broadcast import launch_root_push
 from .fast_path import call_key, replay
 from .groups import kernel_members
-from .launch import check_tensors, overlaps
-from .rooted import root_of, rooted_copy_engines, rooted_variant
+from .launch import check_tensors
+from .rooted import check_pieces, root_of, rooted_copy_engines, rooted_variant
 from .tuning import scratch_runner, tuned_config
 from .workspace import Workspace
 
@@ -56,14 +56,7 @@ def scatter(output_tensor, input_tensor, ctx, src=0, group=None, async_op=False,
     root = root_of(ctx, "scatter", members, ("src", src))
     check_tensors(ctx, "scatter", out, inp)
     world, n = members.size, out.numel()
-    expected = (world * out.shape[0], *out.shape[1:]) if out.dim() else (world,)
-    if tuple(inp.shape) != expected:
-        raise ValueError(f"rank {ctx.cur_rank}: scatter of an output {list(out.shape)} over {world} ranks needs an "
-                         f"input of shape {list(expected)} (a chunk per rank along dim 0), got {list(inp.shape)}")
-    own = inp.data_ptr() + members.rank * n * inp.element_size()
-    if overlaps(out, inp) and out.data_ptr() != own:
-        raise ValueError(f"rank {ctx.cur_rank}: scatter output overlaps the input other than as this rank's chunk "
-                         f"inp[{members.rank} * M:{members.rank + 1} * M]; use that chunk or a separate tensor")
+    check_pieces(ctx, "scatter", inp, out, members)
     config = tuned_config(ctx, "scatter", config, out, members,  # keyed by a piece: what the root sends each rank
                           scratch_runner(ctx, scatter, out, inp, src=src, group=group)).with_defaults()
     variant = rooted_variant(ctx, config, "scatter", n * inp.element_size(), world)
