@@ -145,8 +145,9 @@ def test_auto_config_of_the_staged_all_gather_matmul_answers_alike_for_every_sha
 
 def test_upstream_tests_runner_summarises_a_folder_per_outcome(tmp_path):
     """tests/gpu/run_upstream_tests.py on 2 CPU ranks over a folder of pytest files written here (a pass, a
-    failure, a skip, a fixture error, a test that fails on rank 1 only, a module that cannot be imported): the
-    Markdown summary counts each outcome, and lists what did not pass with its first error line."""
+    failure, a skip, a fixture error, a test that fails on rank 1 only, a test that makes a CUDA graph, skipped
+    where there is no GPU, a module that cannot be imported): the Markdown summary counts each outcome, and lists
+    what did not pass with its first error line."""
     folder = tmp_path / "tests" / "unit"
     folder.mkdir(parents=True)
     (folder / "test_cases.py").write_text(textwrap.dedent("""
@@ -172,6 +173,11 @@ def test_upstream_tests_runner_summarises_a_folder_per_outcome(tmp_path):
 
         def test_fails_on_rank_one():
             assert dist.get_rank() == 0, "rank one differs"
+
+        def test_captures_a_cuda_graph():
+            import torch
+            torch.cuda.CUDAGraph()  # no GPU: the runner skips the test here
+            pytest.skip("a GPU made the graph")
     """))
     (folder / "test_unimportable.py").write_text("from iris.no_such_module import anything\n")
     summary = tmp_path / "summary.md"
@@ -180,7 +186,7 @@ def test_upstream_tests_runner_summarises_a_folder_per_outcome(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     lines = summary.read_text().splitlines()
-    assert lines[2] == "| `tests/unit` | 1 | 2 | 1 | 1 | 1 | " + lines[2].split(" | ")[6] + " | exit status 1 |"
+    assert lines[2] == "| `tests/unit` | 1 | 2 | 2 | 1 | 1 | " + lines[2].split(" | ")[6] + " | exit status 1 |"
     text = summary.read_text()
     assert "- `tests.unit.test_cases::test_fails`: failed: AssertionError: one is not two" in text
     assert "- `tests.unit.test_cases::test_fails_on_rank_one`: failed: rank 1: AssertionError: rank one differs" in text

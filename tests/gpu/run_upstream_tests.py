@@ -25,8 +25,9 @@ each rank changes torch, never the tests or iris:
 
 * no GPU (the CPU backend): factory calls and ``.to`` with ``device="cuda:k"`` (by name or position, or under
   ``torch.set_default_device("cuda")``) make CPU tensors, ``tensor.cuda()`` is the tensor itself,
-  ``torch.cuda.synchronize`` waits for nothing (the Triton interpreter runs kernels synchronously), and
-  torch.distributed runs on gloo;
+  ``torch.cuda.synchronize`` waits for nothing (the Triton interpreter runs kernels synchronously), a test that
+  creates a CUDA stream or graph (``torch.cuda.Stream``, ``CUDAGraph``, ``graph``) is skipped (it needs a GPU),
+  and torch.distributed runs on gloo;
 * fewer GPUs than ranks: ``cuda:k`` becomes ``cuda:(k % gpus)`` (iris places rank r there too) and
   torch.distributed runs on gloo (NCCL refuses two ranks on one GPU).
 
@@ -110,8 +111,26 @@ def place_ranks_on_this_machine(local_rank: int) -> str:
     if gpus == 0:
         torch.cuda.synchronize = lambda device=None: None  # the interpreter ran every kernel to completion
         torch.Tensor.cuda = lambda tensor, device=None, *args, **kwargs: tensor  # already where iris works
+        for name in ("Stream", "CUDAGraph", "graph"):  # a test that asks for these needs a GPU: it skips
+            setattr(torch.cuda, name, skip_when_a_test_asks(f"torch.cuda.{name}", getattr(torch.cuda, name)))
         return "gloo"
     return "nccl" if gpus >= int(os.environ["LOCAL_WORLD_SIZE"]) else "gloo"
+
+
+def skip_when_a_test_asks(name: str, cuda_only):
+    """``cuda_only`` (a CUDA stream or graph class), which skips the test when upstream's code calls it: the CPU
+    backend has no streams to capture on and no graphs to replay. Called from this project's code, it is left as it
+    is (torch's own refusal), so that a call of iris's on the CPU is not hidden as a skip."""
+
+    def skip_or_call(*args, **kwargs):
+        caller = Path(sys._getframe(1).f_code.co_filename).resolve()
+        if OURS not in caller.parents:
+            import pytest
+
+            pytest.skip(f"{name} needs a GPU (CUDA streams and graphs): the CPU backend has none")
+        return cuda_only(*args, **kwargs)
+
+    return skip_or_call
 
 
 def cap_heap_size(iris, max_heap: str) -> None:
