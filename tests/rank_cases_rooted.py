@@ -133,6 +133,12 @@ def rooted_refusals() -> dict:
         _raises(ValueError, "init_p2p", lambda: ctx.ccl.send(t, dst=(rank + 1) % world)),
     ]
     assert all(f"rank {rank}" in message for message in said[:2]), said
+    ctx.ccl.barrier(async_op=True)  # upstream's spelling; the state under its newer name too
+    assert ctx._ccl_barrier_state[None].data_ptr() == ctx._device_barrier_state[None].data_ptr()
+    t.fill_(rank + 1)
+    ctx.ccl.reduce(t, dst=0, config=Config(reduce_variant="one_shot"))
+    if rank == 0:
+        _check_equal("reduce one_shot (upstream's name)", t, torch.full((8,), float(world * (world + 1) // 2)))
     ctx.barrier()
     return {"said": said}
 

@@ -38,6 +38,7 @@ def test_size_rules():
     assert choose_rooted_variant(None, 4 << 20, 2, copy_engines=True) == "copy_engines"
     assert choose_rooted_variant(None, 1 << 20, 2, copy_engines=True) == "push"
     assert choose_reduce_variant(None, 4 << 20, 2) == "push" and choose_reduce_variant(None, 2 << 20, 4) == "two_shot"
+    assert choose_reduce_variant("one_shot", 1 << 30, 2) == "push"  # upstream's name for it
 
 
 @pytest.mark.parametrize("world", [2, 3])

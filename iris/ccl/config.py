@@ -25,6 +25,7 @@ ALL_GATHER_VARIANTS = ("push", "pull", "copy_engines", "ring")
 ALL_TO_ALL_VARIANTS = ("push", "pull", "copy_engines")
 BROADCAST_VARIANTS = ("push", "copy_engines")  # also scatter's and gather's: one rank against the others
 REDUCE_VARIANTS = ("push", "two_shot")
+UPSTREAM_REDUCE_VARIANTS = ("one_shot",)  # upstream's name for what push does here: every input to the root at once
 UPSTREAM_ALL_GATHER_VARIANTS = ("persistent", "partitioned")  # upstream's tiled kernels: accepted, picked by size
 MIN_BLOCK = 16  # remote accesses are hinted 16-aligned
 MAX_BLOCK = TRITON_MAX_TENSOR_NUMEL  # the most elements of one block (2**20 in triton 3.6 to 3.9)
@@ -154,10 +155,11 @@ class Config:
         broadcast's, scatter's and gather's algorithm (:mod:`iris.ccl.broadcast`): "push", one kernel whose writes
         go straight into the receivers' tensors once they said they are ready; "copy_engines" (GPUs), peer-to-peer
         memcpys between two device barriers. None: by size (:func:`iris.ccl.rules.choose_rooted_variant`).
-    reduce_variant : {None, "push", "two_shot"}
+    reduce_variant : {None, "push", "two_shot", "one_shot"}
         reduce's algorithm (:mod:`iris.ccl.reduce`): "push", every rank writes its input into the root's inbox;
-        "two_shot", each rank sums a chunk of every rank's input and writes it into the root's output. None: by
-        size (:func:`iris.ccl.rules.choose_reduce_variant`).
+        "two_shot", each rank sums a chunk of every rank's input and writes it into the root's output;
+        "one_shot", upstream's name for the root getting every input in one step, runs push. None: by size
+        (:func:`iris.ccl.rules.choose_reduce_variant`).
     swizzle_size, num_xcds, chunk_size, all_reduce_distribution, all_reduce_num_rings, all_reduce_ring_slice_n
         Upstream's tuning knobs for AMD's tiled kernels: checked, but without effect here.
     num_stages : int
@@ -306,7 +308,7 @@ def _validate(config: SimpleNamespace) -> None:
     if config.broadcast_variant not in (None, *BROADCAST_VARIANTS):
         raise ValueError(f"broadcast_variant={config.broadcast_variant!r}: use one of {BROADCAST_VARIANTS} or None "
                          "(chosen by size)")
-    if config.reduce_variant not in (None, *REDUCE_VARIANTS):
+    if config.reduce_variant not in (None, *REDUCE_VARIANTS, *UPSTREAM_REDUCE_VARIANTS):
         raise ValueError(f"reduce_variant={config.reduce_variant!r}: use one of {REDUCE_VARIANTS} or None "
                          "(chosen by size)")
     if config.reduce_scatter_variant not in (None, *REDUCE_SCATTER_VARIANTS):

@@ -218,8 +218,9 @@ class CCL:
         """Every send of a list of :class:`iris.ccl.p2p.P2POp`, then every receive; a work each."""
         return batch_isend_irecv(self._ctx, p2p_op_list, p2p_state)
 
-    def barrier(self, group=None) -> None:
-        """Device-side barrier over ``group``'s ranks (None: all; see :func:`iris.ccl.device_barrier`)."""
+    def barrier(self, group=None, async_op=False) -> None:
+        """Device-side barrier over ``group``'s ranks (None: all; see :func:`iris.ccl.device_barrier`). It never
+        blocks the host (the wait is on this rank's stream), so ``async_op`` (upstream's) changes nothing."""
         if self.across is not None and self.across.spans(group):
             self._keep("barrier", None, self.across.barrier(self._cached("barrier", None, group)), group)
             return

@@ -137,7 +137,7 @@ def choose_rooted_variant(requested: str | None, nbytes: int, world: int, copy_e
 
 
 def choose_reduce_variant(requested: str | None, nbytes: int, world: int) -> str:
-    """reduce's algorithm: ``requested`` if given, else push (through the root's inbox) while the inbox rule holds
+    """reduce's algorithm: ``requested`` if given (upstream's "one_shot" is push), else push (through the root's inbox) while the inbox rule holds
     (:func:`iris.ccl.inbox.use_inbox`: ``nbytes * (world - 1) <= 4 MiB``), else two_shot.
 
     Examples
@@ -145,6 +145,8 @@ def choose_reduce_variant(requested: str | None, nbytes: int, world: int) -> str
     >>> choose_reduce_variant(None, 256 << 10, 4), choose_reduce_variant(None, 64 << 20, 2)
     ('push', 'two_shot')
     """
+    if requested == "one_shot":  # upstream's name: every input reaches the root in one step, as push does here
+        return "push"
     if requested in REDUCE_VARIANTS:
         return requested
     return "push" if use_inbox(nbytes, world) else "two_shot"

@@ -441,6 +441,9 @@ class Iris:
         """
         return MappingProxyType(self.ccl.barrier_state())
 
+    # upstream's newer spelling of the same state
+    _ccl_barrier_state = _device_barrier_state
+
     def start_race_check(self) -> None:
         """Check every later kernel access for data races, as ``check="races"`` does from the start (collective).
 
