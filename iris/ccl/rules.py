@@ -137,8 +137,9 @@ def choose_rooted_variant(requested: str | None, nbytes: int, world: int, copy_e
 
 
 def choose_reduce_variant(requested: str | None, nbytes: int, world: int) -> str:
-    """reduce's algorithm: ``requested`` if given (upstream's "one_shot" is push), else push (through the root's inbox) while the inbox rule holds
-    (:func:`iris.ccl.inbox.use_inbox`: ``nbytes * (world - 1) <= 4 MiB``), else two_shot.
+    """reduce's algorithm: ``requested`` if given (upstream's "one_shot" is push), else push (through the root's
+    inbox) while the inbox rule holds (:func:`iris.ccl.inbox.use_inbox`: ``nbytes * (world - 1) <= 4 MiB``), else
+    two_shot.
 
     Examples
     --------
