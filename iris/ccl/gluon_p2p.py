@@ -43,18 +43,22 @@ def gluon_send_kernel(context, src, n, nbytes, stage, slot_numel, flags, counts,
 
 
 @gluon.jit
-def gluon_recv_kernel(context, dst, n, stage, slot_numel, flags, counts, peer: gl.constexpr, rank: gl.constexpr,
-                      world: gl.constexpr, DEPTH_: gl.constexpr, BLOCK: gl.constexpr, LAYOUT: gl.constexpr):
+def gluon_recv_kernel(context, dst, n, stage, slot_numel, flags, counts, sizes, arrived, peer: gl.constexpr,
+                      rank: gl.constexpr, world: gl.constexpr, DEPTH_: gl.constexpr, BLOCK: gl.constexpr,
+                      LAYOUT: gl.constexpr):
     ctx = DeviceContext.initialize(context, rank, world)
     pid = gl.program_id(0)
     num_programs = gl.num_programs(0)
     counter = counts + (world + peer) * num_programs + pid
     k = gl.load(counter) + 1
     wait_for(flag_of(flags, FULL, peer, pid, num_programs, world), k)
-    box = stage + (peer * DEPTH_ + k % DEPTH_).to(gl.int64) * slot_numel
+    slot = (peer * DEPTH_ + k % DEPTH_).to(gl.int64)
+    box = stage + slot * slot_numel
     for block in range(pid, gl.cdiv(n, BLOCK), num_programs):
         offs = block * BLOCK + gl.arange(0, BLOCK, layout=LAYOUT)
         mask = offs < n
         gl.store(dst + offs, gl.load(box + offs, mask=mask), mask=mask)
+    if pid == 0:  # the size word, before the slot is given back (see iris.ccl.p2p.recv_kernel)
+        gl.store(arrived, gl.load(sizes + slot))
     signal(ctx, flag_of(flags, FREE, rank, pid, num_programs, world), k, peer)
     gl.store(counter, k)

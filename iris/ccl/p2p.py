@@ -44,7 +44,6 @@ from .groups import members
 from .launch import block_size, cdiv, programs
 
 DEPTH = 2  # slots per sender on every receiver: how many messages a sender may be ahead of its receiver
-SENT, RECEIVED = 0, 1  # rows of the device-side message counters
 
 
 class P2POp(NamedTuple):
@@ -115,6 +114,8 @@ class P2PState:
         int64 on the heap, ``[world (sender), DEPTH]``: the bytes of the message in each slot.
     counts : torch.Tensor
         int32 on the device, ``[2 (SENT, RECEIVED), world, programs]``: messages per peer, counted by the kernels.
+    arrived : torch.Tensor
+        int64 on the device, ``[1]``: the size word of the message received last (read by the CPU backend's check).
     """
 
     def __init__(self, ctx, max_numel: int = 2 ** 20, dtype=None, config: Config | None = None):
@@ -131,6 +132,7 @@ class P2PState:
         self.flags = ctx.zeros(2, world, self.programs, dtype=torch.int32, name="ccl.p2p.flags")
         self.sizes = ctx.zeros(world, DEPTH, dtype=torch.int64, name="ccl.p2p.sizes")
         self.counts = torch.zeros(2, world, self.programs, dtype=torch.int32, device=ctx.device)
+        self.arrived = torch.zeros(1, dtype=torch.int64, device=ctx.device)  # the last message's size word
         self.launches: dict = {}  # replays (iris.ccl.fast_path)
         self._stages: dict = {}
 
@@ -200,19 +202,24 @@ def send_kernel(context, src, n, nbytes, stage, slot_numel, flags, counts, sizes
 
 
 @triton.jit
-def recv_kernel(context, dst, n, stage, slot_numel, flags, counts, peer: tl.constexpr, rank: tl.constexpr,
-                world: tl.constexpr, DEPTH_: tl.constexpr, BLOCK: tl.constexpr):
+def recv_kernel(context, dst, n, stage, slot_numel, flags, counts, sizes, arrived, peer: tl.constexpr,
+                rank: tl.constexpr, world: tl.constexpr, DEPTH_: tl.constexpr, BLOCK: tl.constexpr):
+    # ``arrived`` (local): the bytes the message said it holds, read before its slot is given back (after that the
+    # sender may put the next message there, size word included)
     ctx = DeviceContext.initialize(context, rank, world)
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
     counter = counts + (world + peer) * num_programs + pid  # RECEIVED row
     k = tl.load(counter) + 1
     wait_for(flag_of(flags, FULL, peer, pid, num_programs, world), k)  # its program pid's blocks landed
-    box = stage + (peer * DEPTH_ + k % DEPTH_).to(tl.int64) * slot_numel
+    slot = (peer * DEPTH_ + k % DEPTH_).to(tl.int64)
+    box = stage + slot * slot_numel
     for block in range(pid, tl.cdiv(n, BLOCK), num_programs):
         offs = block * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
         tl.store(dst + offs, tl.load(box + offs, mask=mask), mask=mask)
+    if pid == 0:  # program 0's signal carried the size word (the sender's program 0 wrote it)
+        tl.store(arrived, tl.load(sizes + slot))
     tl.debug_barrier()  # on a GPU: every thread's loads before the slot is given back
     signal(ctx, flag_of(flags, FREE, rank, pid, num_programs, world), k, peer)
     tl.store(counter, k)
@@ -312,7 +319,8 @@ def irecv(ctx, tensor, src: int, p2p_state: P2PState | None = None, group=None, 
         stage, slot_numel = state.stage_as(tensor.dtype)
         kernel, extra = state.kernel(recv_kernel, tensor.element_size())
         launch(state, call, (tensor,), kernel, (state.programs,), ctx.get_device_context(), tensor,
-               tensor.numel(), stage, slot_numel, state.flags, state.counts, peer=peer, rank=ctx.cur_rank,
+               tensor.numel(), stage, slot_numel, state.flags, state.counts, state.sizes, state.arrived, peer=peer,
+               rank=ctx.cur_rank,
                world=ctx.num_ranks, DEPTH_=DEPTH, BLOCK=block_size(ctx, state.config),
                num_warps=state.config.num_warps, **extra)
     if ctx.backend == "cpu":  # the kernel ran: what arrived can be compared with what was expected
@@ -321,8 +329,7 @@ def irecv(ctx, tensor, src: int, p2p_state: P2PState | None = None, group=None, 
 
 
 def _check_size(ctx, state: P2PState, peer: int, tensor) -> None:
-    slot = int(state.counts[RECEIVED, peer, 0]) % DEPTH
-    sent, expected = int(state.sizes[peer, slot]), tensor.numel() * tensor.element_size()
+    sent, expected = int(state.arrived[0]), tensor.numel() * tensor.element_size()
     if sent != expected:
         raise ValueError(f"rank {ctx.cur_rank}: recv from rank {peer} got a message of {sent} bytes into a tensor of "
                          f"{expected} bytes ({tensor.numel()} {tensor.dtype}): send and receive tensors of one size "
