@@ -10,7 +10,8 @@ every name in it is ours. Upstream's folders between ``iris`` and those modules 
 our modules is given attributes it did not have, except ``utils`` on :mod:`iris.language.core` (upstream's
 ``iris.device`` is a folder holding ``utils``; ours is that module). Where upstream's module holds names of its
 own beside ours, this room holds a thin module with them (:mod:`.hip`, :mod:`.platform_utils`,
-:mod:`.device_utils`). Nothing in this project imports this room but ``iris/__init__.py``, which installs it
+:mod:`.device_utils`; :mod:`.compile`, upstream's package ``iris.compile``, whose submodules are set as its
+attributes). Nothing in this project imports this room but ``iris/__init__.py``, which installs it
 (``tests/test_layers.py`` checks both).
 
 Some upstream paths name, below one of our modules, a name that module already has for something else:
@@ -75,6 +76,9 @@ UPSTREAM_MODULES = {
     "iris.mem.utils": "iris.upstream.device_utils",
     "iris.device.utils": "iris.upstream.device_utils",
     "iris.ops.workspace": "iris.ops.config",
+    "iris.compile": "iris.upstream.compile",
+    "iris.compile.functional_collectives": "iris.distributed.compiled",
+    "iris.compile.functional": "iris.distributed.compiled",
 }
 
 # upstream path -> our module (or an upstream folder registered above), in sys.modules only: the parent already
