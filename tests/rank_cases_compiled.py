@@ -75,6 +75,9 @@ def against_gloo() -> dict:
                          expected.reshape(world, -1)[rank].reshape(SHAPE[0] // world, *SHAPE[1:]))
         _check_equal(f"all_gather {dtype}", fc.all_gather(x, world), _gloo(ALL_GATHER(x, 0, group)))
         _check_equal("the input is left as it was", x, before)
+    odd = _values(rank, 98, (9,), torch.float16)[1:]  # starts 2 bytes into its storage: staged as bytes, not words
+    _check_equal("all_gather of a slice", fc.all_gather(odd), _gloo(ALL_GATHER(odd.clone(), 0, group)))
+    _check_equal("max of a slice", fc.all_reduce(odd, op="max"), _gloo(funcol.all_reduce(odd.clone(), "max", group)))
     x = _values(rank, 99, SHAPE, torch.float32)  # gloo's own reduce_scatter, once
     _check_equal("reduce_scatter as gloo's", fc.reduce_scatter(x, world, compile_ctx),
                  _gloo(REDUCE_SCATTER(x, "sum", 0, group)))

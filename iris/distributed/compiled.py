@@ -218,7 +218,9 @@ class IrisCompileContext:
         """Every rank's ``tensor`` as a (ranks, *tensor.shape) heap tensor, gathered as bytes (any dtype)."""
         flat = tensor.contiguous().view(-1).view(torch.uint8)
         word = torch.int32 if flat.numel() % 4 == 0 else torch.uint8  # the widest word that divides the bytes
-        staged = self.staging.put("input", flat.view(word))
+        # copied in as bytes: the tensor itself may not start on a word (a float16 slice x[1:]), the buffer does
+        staged = self.staging.view("input", (flat.numel() // word.itemsize,), word)
+        staged.view(torch.uint8).copy_(flat)
         rows = self.staging.view("output", (self.ctx.num_ranks, staged.numel()), word)
         key = ("all_gather", staged.numel(), word)
         self._workspaces[key] = self.ctx.ccl.all_gather(rows.view(-1), staged, config=self.config,
