@@ -32,7 +32,7 @@ _activate_interpreter_if_cpu()
 
 # The layers, bottom up (docs/architecture.md): base, heap, interpret, language (the device API), instruments,
 # ccl and ops (the library), runtime (the host API), bench and perf; upstream's names live in one room, upstream.
-from . import bench, ccl, instruments, language, ops, perf, runtime, upstream  # noqa: E402
+from . import bench, ccl, distributed, instruments, language, ops, perf, runtime, upstream  # noqa: E402
 from .base import launch_options as _launch_options  # noqa: E402
 from .base import module_paths as _module_paths  # noqa: E402
 from .base.logging import DEBUG, ERROR, INFO, WARNING, logger, set_logger_level  # noqa: E402
@@ -77,6 +77,7 @@ SHORT_PATHS = {
     "iris.topology": "iris.heap.topology",
 }
 _module_paths.install(SHORT_PATHS)
+distributed.register()  # dist.init_process_group("iris"): torch.distributed's operations on our kernels
 from .heap import topology  # noqa: E402  (ctx.topology's classes: iris.topology.TopologyMap)
 
 upstream.install()  # upstream's module paths (iris.hip, iris.gluon, iris.host.iris, iris.device.utils, ...)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import pickle
 from datetime import timedelta
 
 import numpy as np
@@ -86,6 +87,58 @@ class HostGroup:
     def barrier(self) -> None:
         """Wait until every rank reaches this point."""
         dist.barrier(group=self.group)
+
+
+class StoreHostGroup(HostGroup):
+    """A :class:`HostGroup` that exchanges through a torch.distributed store instead of a process group.
+
+    For a context made while torch.distributed is still starting: the ``iris`` backend
+    (:mod:`iris.distributed`) builds its heap inside ``dist.init_process_group("iris")``, before any group
+    exists, over the store that call made. Each exchange writes one key per rank; the last rank to read a
+    round's keys deletes them, so the store does not grow with the exchanges. ``group`` is None: code that
+    calls torch.distributed itself (``iris.perf``) uses the default group, which is then iris's own.
+
+    Examples
+    --------
+    >>> group = StoreHostGroup(store, rank, world_size)        # doctest: +SKIP
+    >>> group.all_gather_object(rank)                          # doctest: +SKIP
+    [0, 1]
+    """
+
+    def __init__(self, store, rank: int, world_size: int):
+        super().__init__(None, rank, world_size)
+        self._store = dist.PrefixStore("iris-host-group/", store)
+        self._round = 0
+
+    def all_gather_object(self, obj) -> list:
+        """Every rank's ``obj``, in rank order."""
+        key = self._next_round()
+        self._store.set(f"{key}/{self.rank}", pickle.dumps(obj))
+        out = [pickle.loads(self._store.get(f"{key}/{r}")) for r in range(self.world_size)]
+        self._done_reading(key, [f"{key}/{r}" for r in range(self.world_size)])
+        return out
+
+    def broadcast_object(self, obj, src: int = 0):
+        """``src``'s ``obj`` on every rank."""
+        key = self._next_round()
+        if self.rank == src:
+            self._store.set(f"{key}/value", pickle.dumps(obj))
+        value = pickle.loads(self._store.get(f"{key}/value"))
+        self._done_reading(key, [f"{key}/value"])
+        return value
+
+    def barrier(self) -> None:
+        """Wait until every rank reaches this point."""
+        self.all_gather_object(None)
+
+    def _next_round(self) -> str:
+        self._round += 1  # every rank makes the same exchanges in the same order, so rounds agree
+        return str(self._round)
+
+    def _done_reading(self, key: str, keys: list[str]) -> None:
+        if self._store.add(f"{key}/read", 1) == self.world_size:  # the last reader: nobody needs them now
+            for name in [*keys, f"{key}/read"]:
+                self._store.delete_key(name)
 
 
 def distributed_allgather_multidim(data, group=None) -> np.ndarray:

@@ -80,7 +80,8 @@ class Iris:
     CCL = CCL  # upstream's name for the class of ctx.ccl (its API reference: iris.host.iris.Iris.CCL.all_reduce)
 
     def __init__(self, heap_size: int | str = 1 << 30, allocator_type: str | None = None, *,
-                 backend: str | None = None, debug: bool | None = None, check: str | None = None):
+                 backend: str | None = None, debug: bool | None = None, check: str | None = None,
+                 host_group: HostGroup | None = None):
         self.backend = choose_backend(backend)
         self.allocator_type = choose_allocator(allocator_type, self.backend)
         if self.backend == "cpu":
@@ -89,7 +90,9 @@ class Iris:
             if not interpret.is_active():
                 warnings.warn(LATE_INTERPRETER, RuntimeWarning, stacklevel=2)
             interpret.activate()
-        self.group = HostGroup.from_environment()
+        # the iris backend of torch.distributed passes its own (iris.distributed): it builds this context while
+        # torch.distributed is still starting, over the store of that start
+        self.group = host_group or HostGroup.from_environment()
         self.cur_rank = self.group.rank
         self.num_ranks = self.group.world_size
         requested = choose_check(check, self.backend, self.cur_rank)
