@@ -101,11 +101,18 @@ class IrisProcessGroup(dist.ProcessGroup):
         """The widest word that divides ``nbytes``: copies of any dtype run as words of it."""
         return torch.int32 if nbytes % 4 == 0 else torch.uint8
 
+    def _staged_words(self, flat: torch.Tensor, word: torch.dtype) -> torch.Tensor:
+        """The bytes ``flat`` in the input staging buffer, seen as ``word``s (copied as bytes: a slice of a float16
+        tensor may start 2 bytes into its storage, where no int32 view of it exists)."""
+        staged = self._shared.staging.view("input", (flat.numel() // word.itemsize,), word)
+        staged.view(torch.uint8).copy_(flat)
+        return staged
+
     def _all_gather_bytes(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every member's ``tensor`` (one size on every member), as a (members, bytes...) heap tensor in rank order."""
         flat = tensor.contiguous().view(-1).view(torch.uint8)
         word = self._words(flat.numel())
-        staged = self._shared.staging.put("input", flat.view(word))
+        staged = self._staged_words(flat, word)
         out = self._shared.staging.view("output", (self.size(), staged.numel()), word)
         self._call(_all_gather, (staged.numel(), word), out.view(-1), staged)
         return out.view(torch.uint8)
@@ -273,7 +280,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         src = inp.contiguous().view(-1).view(torch.uint8)
         if len(set(sent)) == 1 and sent == got:  # equal chunks: our all_to_all kernel, chunk j of a row to member j
             word = self._words(sent[0])
-            staged = self._shared.staging.put("input", src.view(word), (1, src.numel() // word.itemsize))
+            staged = self._staged_words(src, word).view(1, -1)
             out = self._shared.staging.view("output", staged.shape, word)
             self._call(_all_to_all, (staged.numel(), word), out, staged)
             output.view(-1).view(torch.uint8).copy_(out.view(-1).view(torch.uint8))
@@ -294,7 +301,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         for tensor in tensors:
             flat = tensor.contiguous().view(-1).view(torch.uint8)
             word = self._words(flat.numel())
-            staged = self._shared.staging.put("input", flat.view(word))
+            staged = self._staged_words(flat, word)
             self._call(_broadcast, (staged.numel(), word, opts.rootRank), staged, src=opts.rootRank)
             tensor.copy_(staged.view(torch.uint8).view(tensor.dtype).view(tensor.shape))
         return self._done(list(tensors))
@@ -324,7 +331,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         for index, tensor in enumerate(input_tensors):
             flat = tensor.contiguous().view(-1).view(torch.uint8)
             word = self._words(flat.numel())
-            staged = self._shared.staging.put("input", flat.view(word))
+            staged = self._staged_words(flat, word)
             out = self._shared.staging.view("output", (self.size() * staged.numel(),), word)
             self._call(_gather, (staged.numel(), word, root), out, staged, dst=root)
             if me == root:
