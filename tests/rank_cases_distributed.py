@@ -279,6 +279,17 @@ def training_loops() -> dict:
     return losses
 
 
+def beside_gloo() -> dict:
+    """A program whose torch.distributed runs gloo (a workbench engine's) gives its context to an iris group."""
+    ctx = iris.iris("64MiB")
+    group = iris.distributed.group_of(ctx)
+    t = torch.full((3,), float(ctx.cur_rank + 1))
+    dist.all_reduce(t, group=group)
+    assert t.tolist() == [float(sum(range(1, ctx.num_ranks + 1)))] * 3, t
+    assert iris.distributed.context() is ctx
+    return {"default": dist.get_backend(), "group": dist.get_backend(group)}
+
+
 def refusals() -> dict:
     """Bad input: a clear error naming the rank and what to do."""
     rank, world = _start()

@@ -38,6 +38,10 @@ def test_training_loops_match_gloo():
     assert losses[0]["ddp"] != losses[1]["ddp"]  # data parallelism: each rank's own batch
 
 
+def test_a_context_of_ones_own_beside_gloo():
+    assert run_ranks(2, f"{CASES}:beside_gloo", timeout=120) == [{"default": "gloo", "group": "iris"}] * 2
+
+
 def test_refusals_name_the_rank_and_leave_the_group_working():
     results = run_ranks(2, f"{CASES}:refusals", timeout=300)
     assert len(results[1]["said"]) == 5

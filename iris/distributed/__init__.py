@@ -14,7 +14,7 @@ Examples
 """
 
 from .process_group import IrisProcessGroup
-from .registration import Backend, Options, context, register
+from .registration import Backend, Options, context, group_of, register
 from .work import IrisWork
 
-__all__ = ["Backend", "IrisProcessGroup", "IrisWork", "Options", "context", "register"]
+__all__ = ["Backend", "IrisProcessGroup", "IrisWork", "Options", "context", "group_of", "register"]

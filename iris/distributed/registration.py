@@ -176,6 +176,19 @@ def register(ctx: Iris | None = None, options: Options | None = None) -> None:
         dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu", "cuda"])
 
 
+def group_of(ctx: Iris, options: Options | None = None):
+    """An iris group over every rank of ``ctx``, for a program whose torch.distributed already runs another backend
+    (a workbench engine's gloo, a script's NCCL): ``ctx`` is registered, and the group runs on its heap. Collective.
+
+    Examples
+    --------
+    >>> group = iris.distributed.group_of(ctx)                                   # doctest: +SKIP
+    >>> model = DistributedDataParallel(net, process_group=group)                 # its buckets on our kernels
+    """
+    register(ctx, options)
+    return dist.new_group(backend=NAME)
+
+
 def _default_heap(options: Options) -> int | str:
     if options.heap_size is not None:
         return options.heap_size
