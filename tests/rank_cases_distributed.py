@@ -1,6 +1,7 @@
-"""Code that runs inside each rank for tests/test_distributed.py: torch.distributed on the ``iris`` backend
-(iris.distributed), every operation against the same operation on a gloo group of the same ranks, and training
-loops (DDP, FSDP2, tensor parallelism) against the same loops on gloo.
+"""Code that runs inside each rank for tests/test_distributed.py (and tests/gpu/test_distributed_cuda.py): torch.
+distributed on the ``iris`` backend (iris.distributed), every operation against the same operation on a gloo group
+of the same ranks (on CPU copies), and training loops (DDP, FSDP2, tensor parallelism) against the same loops on
+gloo. Backend: env ``IRIS_TEST_BACKEND`` ("cpu" by default; on "cuda" our tensors live on the rank's GPU).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import torch.nn as nn
 
 import iris  # noqa: F401  (registers the "iris" backend)
 
+BACKEND = os.environ.get("IRIS_TEST_BACKEND", "cpu")
+
 OPS = (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT)
 
 
@@ -22,6 +25,11 @@ def _start() -> tuple[int, int]:
     dist.init_process_group("iris", timeout=datetime.timedelta(seconds=120))
     assert dist.get_backend() == "iris", dist.get_backend()
     return dist.get_rank(), dist.get_world_size()
+
+
+def _device() -> torch.device:
+    """Where our tensors live: the rank's GPU (the iris context's) on "cuda", else the CPU."""
+    return iris.distributed.context().get_device() if BACKEND == "cuda" else torch.device("cpu")
 
 
 def _values(rank: int, call: int, shape, dtype) -> torch.Tensor:
@@ -45,12 +53,13 @@ def _same(what: str, ours: torch.Tensor, theirs: torch.Tensor) -> None:
 
 
 def _both(fn, *tensors):
-    """``fn(group, *copies)`` on the iris world and on gloo, each with its own copies; both results."""
-    ours = [t.clone() for t in tensors]
+    """``fn(group, *copies)`` on the iris world (copies on our device) and on gloo (CPU copies); both results, on
+    the CPU."""
+    ours = [t.to(_device()) for t in tensors]
     theirs = [t.clone() for t in tensors]
     fn(None, *ours)
     fn(_gloo(), *theirs)
-    return ours, theirs
+    return [t.cpu() for t in ours], theirs
 
 
 _GLOO = []
@@ -135,28 +144,28 @@ def every_operation() -> dict:
     pieces = [_values(root, call + j, (6,), torch.float32) for j in range(world)] if rank == root else []
     compare(f"scatter from {root}", lambda g, out, *ins: dist.scatter(out, list(ins) or None, src=root, group=g),
             torch.zeros(6), *pieces)
-    t = _values(rank, 0, (8,), torch.float32)
+    t = _values(rank, 0, (8,), torch.float32).to(_device())
     dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))  # NCCL's scaled sum (gloo has none)
-    _same("all_reduce PREMUL_SUM", t, sum(_values(r, 0, (8,), torch.float32) for r in range(world)) * 0.5)
+    _same("all_reduce PREMUL_SUM", t.cpu(), sum(_values(r, 0, (8,), torch.float32) for r in range(world)) * 0.5)
     # Point-to-point: a ring, blocking and batched, one message longer than a slot (it goes in pieces).
     right, left = (rank + 1) % world, (rank - 1) % world
     for nbytes in (40, (5 << 20) + 3):
-        message = torch.full((nbytes,), rank % 256, dtype=torch.uint8)
-        received = torch.zeros(nbytes, dtype=torch.uint8)
+        message = torch.full((nbytes,), rank % 256, dtype=torch.uint8, device=_device())
+        received = torch.zeros(nbytes, dtype=torch.uint8, device=_device())
         if rank % 2 == 0:
             dist.send(message, right)
             dist.recv(received, left)
         else:
             dist.recv(received, left)
             dist.send(message, right)
-        _same(f"send/recv of {nbytes} bytes", received, torch.full((nbytes,), left % 256, dtype=torch.uint8))
+        _same(f"send/recv of {nbytes} bytes", received.cpu(), torch.full((nbytes,), left % 256, dtype=torch.uint8))
         compared += 1
-    into = torch.zeros(3, 4)
-    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((3, 4), float(rank)), right),
+    into = torch.zeros(3, 4, device=_device())
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((3, 4), float(rank), device=_device()), right),
                                     dist.P2POp(dist.irecv, into, left)])
     for work in works:
         work.wait()
-    _same("batch_isend_irecv", into, torch.full((3, 4), float(left)))
+    _same("batch_isend_irecv", into.cpu(), torch.full((3, 4), float(left)))
     # Objects, async work, barriers, sub-groups, functional collectives eager and compiled.
     everyone = [None] * world
     dist.all_gather_object(everyone, {"rank": rank})
@@ -164,22 +173,25 @@ def every_operation() -> dict:
     box = [f"from {world - 1}" if rank == world - 1 else None]
     dist.broadcast_object_list(box, src=world - 1)
     assert box == [f"from {world - 1}"], box
-    t = torch.ones(5)
+    t = torch.ones(5, device=_device())
     work = dist.all_reduce(t, async_op=True)
     work.wait()
-    assert work.is_completed() and work.get_future().wait()[0] is t and t.tolist() == [float(world)] * 5
+    assert work.get_future().wait()[0] is t and t.tolist() == [float(world)] * 5
+    work.synchronize()
+    assert work.is_completed()
     dist.barrier()
     dist.group.WORLD.monitored_barrier(datetime.timedelta(seconds=60))
-    x = functional.all_reduce(torch.full((3,), float(rank)), "sum", dist.group.WORLD)
-    _same("functional all_reduce", x.wait() if hasattr(x, "wait") else x, torch.full((3,), float(sum(range(world)))))
+    x = functional.all_reduce(torch.full((3,), float(rank), device=_device()), "sum", dist.group.WORLD)
+    _same("functional all_reduce", functional.wait_tensor(x).cpu(), torch.full((3,), float(sum(range(world)))))
 
     @torch.compile(fullgraph=True, backend="aot_eager")  # traced whole by dynamo and AOT autograd (inductor's C++
     def step(v):                                          # compile would add a minute of CPU and test nothing of ours)
         total = functional.all_reduce(v * 2, "sum", dist.group.WORLD)
         return functional.all_gather_tensor(total + 1, 0, dist.group.WORLD)
 
-    out = step(torch.full((2,), float(rank)))
-    _same("compiled functional all_reduce + all_gather", out, torch.full((2 * world,), 2.0 * sum(range(world)) + 1))
+    out = step(torch.full((2,), float(rank), device=_device()))
+    _same("compiled functional all_reduce + all_gather", out.cpu(),
+          torch.full((2 * world,), 2.0 * sum(range(world)) + 1))
     compared += 4
     dist.destroy_process_group()
     return {"compared": compared}
@@ -202,33 +214,35 @@ class TinyTransformer(nn.Module):
         return self.head(h)
 
 
-def _train(kind: str, group, steps: int = 3) -> list[float]:
-    """``steps`` SGD steps of the tiny transformer parallelised by ``kind`` over ``group``; the losses."""
+def _train(kind: str, group, steps: int = 3, device=None) -> list[float]:
+    """``steps`` SGD steps of the tiny transformer parallelised by ``kind`` over ``group`` on ``device``; the
+    losses."""
     from torch.distributed.device_mesh import DeviceMesh
 
+    device = device or torch.device("cpu")
     torch.manual_seed(0)
-    model = TinyTransformer()
+    model = TinyTransformer().to(device)
     rank = dist.get_rank()
     if kind == "ddp":
         model = nn.parallel.DistributedDataParallel(model, process_group=group, bucket_cap_mb=0.01)  # several buckets
     elif kind == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
-        mesh = DeviceMesh.from_group(group or dist.group.WORLD, "cpu")
+        mesh = DeviceMesh.from_group(group or dist.group.WORLD, device.type)
         fully_shard(model.block, mesh=mesh)
         fully_shard(model, mesh=mesh)
     elif kind == "tp":
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-        mesh = DeviceMesh.from_group(group or dist.group.WORLD, "cpu")
+        mesh = DeviceMesh.from_group(group or dist.group.WORLD, device.type)
         parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
         rank = 0  # tensor parallelism: every rank sees the same batch
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     data = torch.Generator().manual_seed(1 + rank)
     losses = []
     for _ in range(steps):
-        tokens = torch.randint(0, 32, (4, 8), generator=data)
-        targets = torch.randint(0, 32, (4, 8), generator=data)
+        tokens = torch.randint(0, 32, (4, 8), generator=data).to(device)
+        targets = torch.randint(0, 32, (4, 8), generator=data).to(device)
         loss = nn.functional.cross_entropy(model(tokens).reshape(-1, 32), targets.reshape(-1))
         loss.backward()
         optimizer.step()
@@ -267,12 +281,14 @@ def groups_of_two() -> dict:
 def training_loops() -> dict:
     """DDP, FSDP2 and tensor parallelism, each on the iris backend and on gloo: the losses of each step agree
     within 1e-4 (float32 gradients summed in another order differ in their last bits, and three SGD steps carry
-    that forward; a wrong collective changes the second loss in its first or second digit)."""
+    that forward; a wrong collective changes the second loss in its first or second digit). On "cuda" ours train on
+    the GPU, gloo's on the CPU: 1e-3 (the GPU's matrix products round differently)."""
     _start()
     losses = {}
+    tolerance = 1e-3 if BACKEND == "cuda" else 1e-4
     for kind in ("ddp", "fsdp2", "tp"):
-        ours, theirs = _train(kind, None), _train(kind, _gloo())
-        if any(abs(a - b) > 1e-4 for a, b in zip(ours, theirs, strict=True)):
+        ours, theirs = _train(kind, None, device=_device()), _train(kind, _gloo())
+        if any(abs(a - b) > tolerance for a, b in zip(ours, theirs, strict=True)):
             raise AssertionError(f"rank {dist.get_rank()}: {kind} on iris lost {ours}, on gloo {theirs}")
         losses[kind] = ours
     dist.destroy_process_group()
@@ -317,6 +333,43 @@ def refusals() -> dict:
     assert t.tolist() == [float(world)] * 3
     dist.destroy_process_group()
     return {"said": said}
+
+
+def graph_capture() -> dict:
+    """On a GPU: dist.all_reduce, all_gather_into_tensor and reduce_scatter_tensor captured in one CUDA graph (after a
+    first call outside it, which allocates their workspaces and staging), replayed with new inputs."""
+    rank, world = _start()
+    device = _device()
+    inp = torch.zeros(1000, device=device)
+    gathered = torch.zeros(world * 1000, device=device)
+    scattered = torch.zeros(1000 // world if 1000 % world == 0 else 0, device=device)
+
+    def body():
+        dist.all_reduce(inp)
+        dist.all_gather_into_tensor(gathered, inp)
+        if scattered.numel():
+            dist.reduce_scatter_tensor(scattered, gathered[:1000])
+
+    inp.fill_(1.0)
+    body()  # outside the capture: workspaces and staging buffers are made here
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        body()
+    torch.cuda.current_stream().wait_stream(stream)
+    for replay in range(3):
+        inp.fill_(float(rank + replay))
+        graph.replay()
+        torch.cuda.synchronize()
+        total = float(sum(r + replay for r in range(world)))
+        assert inp.eq(total).all().item(), (replay, inp[:4])
+        assert gathered.eq(total).all().item(), (replay, gathered[:4])
+        if scattered.numel():
+            assert scattered.eq(world * total).all().item(), (replay, scattered[:4])
+    dist.destroy_process_group()
+    return {"replays": 3}
 
 
 def fail_mid_step() -> None:
