@@ -42,6 +42,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -74,8 +75,33 @@ class TuningWarning(UserWarning):
 
 def autotune_on() -> bool:
     """Whether calls tune: :func:`set_autotune`'s word if a program said one, else ``IRIS_AUTOTUNE`` as it is now (on
-    unless "0", "false", "no" or "off"; upstream reads it at each call too)."""
+    unless "0", "false", "no" or "off"; upstream reads it at each call too); never inside :func:`untuned`."""
+    if getattr(_untuned, "depth", 0):
+        return False
     return _switch[-1] if _switch else env_autotune()
+
+
+_untuned = threading.local()
+
+
+@contextlib.contextmanager
+def untuned():
+    """Calls in this block take this machine's tunings, the shipped tables and the size rules, and never tune.
+
+    For collectives whose callers cannot take part in a tuning: a tuning exchanges over torch.distributed, and
+    inside torch.distributed's own ``iris`` backend (:mod:`iris.distributed`) that exchange would be one more call
+    of the backend, which would tune again.
+
+    Examples
+    --------
+    >>> with untuned():                                            # doctest: +SKIP
+    ...     ctx.ccl.all_reduce(out, inp)
+    """
+    _untuned.depth = getattr(_untuned, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _untuned.depth -= 1
 
 
 def set_autotune(on: bool | None) -> None:

@@ -63,6 +63,7 @@ import torch
 import torch.distributed as dist
 
 from ..ccl.chunks import chunk_size, owned_range
+from ..ccl.tuning import untuned
 from ..runtime.context import Iris
 from . import reductions, registration
 from .staging import Staging
@@ -151,8 +152,9 @@ class IrisCompileContext:
             staged = self.staging.put("input", tensor, (n,))
             summed = self.staging.view("output", (n,), tensor.dtype)
             key = ("all_reduce", n, tensor.dtype)
-            self._workspaces[key] = self.ctx.ccl.all_reduce(summed, staged, config=self.config,
-                                                            workspace=self._workspaces.get(key))
+            with untuned():  # a tuning would exchange over torch.distributed, which may be the iris backend itself
+                self._workspaces[key] = self.ctx.ccl.all_reduce(summed, staged, config=self.config,
+                                                                workspace=self._workspaces.get(key))
             out.copy_(reductions.finish(summed, plan, self.ctx.num_ranks).view(tensor.shape))
         return out
 
@@ -191,7 +193,8 @@ class IrisCompileContext:
             staged[:, :n].copy_(tensor.reshape(world, n))
             staged[:, n:].zero_()  # the padding is summed too: zeros, not what the buffer held before
             summed = self.staging.view("output", (world * padded,), tensor.dtype)
-            self.ctx.ccl.reduce_scatter(summed, staged.view(-1), config=self.config)
+            with untuned():
+                self.ctx.ccl.reduce_scatter(summed, staged.view(-1), config=self.config)
             lo, _ = owned_range(world * padded, me, world)  # this rank's chunk: [me * padded, (me + 1) * padded)
             out.copy_(reductions.finish(summed[lo:lo + n], plan, world).view(out_shape))
         return out
@@ -223,8 +226,9 @@ class IrisCompileContext:
         staged.view(torch.uint8).copy_(flat)
         rows = self.staging.view("output", (self.ctx.num_ranks, staged.numel()), word)
         key = ("all_gather", staged.numel(), word)
-        self._workspaces[key] = self.ctx.ccl.all_gather(rows.view(-1), staged, config=self.config,
-                                                        workspace=self._workspaces.get(key))
+        with untuned():
+            self._workspaces[key] = self.ctx.ccl.all_gather(rows.view(-1), staged, config=self.config,
+                                                            workspace=self._workspaces.get(key))
         return rows.view(torch.uint8).view(tensor.dtype).view(self.ctx.num_ranks, *tensor.shape)
 
 
