@@ -11,6 +11,11 @@ allocate nothing.
 Ranks in the options torch passes (``rootRank``, ``dstRank``, ``srcRank``) are the group's, as ``iris.ccl``
 takes them. Every operation runs on the current stream (:mod:`iris.distributed.work`).
 
+Every operation is named while it runs (:func:`iris.instruments.operations.operation`: torch.distributed's name of
+it, the bytes this rank puts in, the group's ranks, the root), so that the traffic matrix, the race checker, the
+stepper and the timeline say which collective of a training step each kernel belongs to; what it carries (a DDP
+bucket, an FSDP module) is said around the call by :func:`iris.distributed.name_collectives`.
+
 Examples
 --------
 >>> dist.init_process_group("iris")                       # doctest: +SKIP
@@ -29,6 +34,8 @@ import torch.distributed as dist
 
 from .. import ccl
 from ..ccl.chunks import chunk_size
+from ..ccl.tuning import untuned
+from ..instruments import operations
 from . import reductions
 from .work import IrisWork
 
@@ -78,13 +85,21 @@ class IrisProcessGroup(dist.ProcessGroup):
         """What iris.ccl takes as ``group=``: None over every rank, else this (registered) group."""
         return None if len(self._ranks) == self._ctx.num_ranks else self
 
+    def _named(self, name: str, tensors=(), root: int | None = None):
+        """The body as one named operation (:mod:`iris.instruments.operations`): ``name``, the bytes of ``tensors``
+        that this rank puts in, the group's ranks and the root's position among them."""
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        return operations.operation(name, nbytes, self._ranks, root)
+
     def _done(self, result: list, blocking: bool = False) -> IrisWork:
         return IrisWork(result, self._ctx.get_device(), blocking)
 
     def _call(self, collective, key: tuple, *args, **kwargs):
         """Run ``collective`` with this group and the workspace kept for ``key`` (made by its first call)."""
         key = (collective.__name__, *key)
-        workspace = collective(*args, ctx=self._ctx, group=self._group, workspace=self._workspaces.get(key), **kwargs)
+        with untuned():  # a tuning exchanges over torch.distributed: here, over this very backend
+            workspace = collective(*args, ctx=self._ctx, group=self._group, workspace=self._workspaces.get(key),
+                                   **kwargs)
         self._workspaces[key] = workspace
         return workspace
 
@@ -127,7 +142,8 @@ class IrisProcessGroup(dist.ProcessGroup):
         opts = opts or dist.AllreduceOptions()
         self._check("all_reduce", tensors)
         for tensor in tensors:
-            self._all_reduce(tensor, opts.reduceOp)
+            with self._named("all_reduce", [tensor]):
+                self._all_reduce(tensor, opts.reduceOp)
         return self._done(list(tensors))
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -149,7 +165,8 @@ class IrisProcessGroup(dist.ProcessGroup):
     def allgather(self, output_tensors, input_tensors, opts=None):
         self._check("all_gather", input_tensors)
         for outputs, tensor in zip(output_tensors, input_tensors, strict=True):
-            self._gather_into(outputs, tensor, "all_gather")
+            with self._named("all_gather", [tensor]):
+                self._gather_into(outputs, tensor, "all_gather")
         return self._done([t for outputs in output_tensors for t in outputs])
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
@@ -161,8 +178,9 @@ class IrisProcessGroup(dist.ProcessGroup):
             raise ValueError(f"rank {self._ctx.cur_rank}: all_gather_into_tensor: the output holds "
                              f"{output_tensor.numel()} elements, not group size {self.size()} x input's "
                              f"{input_tensor.numel()}")
-        rows = self._rows(input_tensor)
-        output_tensor.copy_(rows.reshape(output_tensor.shape))
+        with self._named("all_gather_into_tensor", [input_tensor]):
+            rows = self._rows(input_tensor)
+            output_tensor.copy_(rows.reshape(output_tensor.shape))
         return self._done([output_tensor])
 
     _allgather_base = all_gather_single  # torch before 2.12
@@ -193,7 +211,8 @@ class IrisProcessGroup(dist.ProcessGroup):
             if len(inputs) != self.size() or any(t.numel() != output.numel() for t in inputs):
                 raise ValueError(f"rank {self._ctx.cur_rank}: reduce_scatter needs {self.size()} input tensors of "
                                  f"the output's {output.numel()} elements")
-            self._reduce_scatter(output, torch.cat([t.reshape(-1) for t in inputs]), opts.reduceOp)
+            with self._named("reduce_scatter", inputs):
+                self._reduce_scatter(output, torch.cat([t.reshape(-1) for t in inputs]), opts.reduceOp)
         return self._done(list(output_tensors))
 
     def reduce_scatter_single(self, output_tensor, input_tensor, opts=None):
@@ -203,7 +222,8 @@ class IrisProcessGroup(dist.ProcessGroup):
             raise ValueError(f"rank {self._ctx.cur_rank}: reduce_scatter_tensor: the input holds "
                              f"{input_tensor.numel()} elements, not group size {self.size()} x output's "
                              f"{output_tensor.numel()}")
-        self._reduce_scatter(output_tensor, input_tensor.reshape(-1), opts.reduceOp)
+        with self._named("reduce_scatter_tensor", [input_tensor]):
+            self._reduce_scatter(output_tensor, input_tensor.reshape(-1), opts.reduceOp)
         return self._done([output_tensor])
 
     _reduce_scatter_base = reduce_scatter_single  # torch before 2.12
@@ -252,8 +272,9 @@ class IrisProcessGroup(dist.ProcessGroup):
                              f"the tensors' first dimensions ({input_tensor.shape[0] if input_tensor.dim() else 0}, "
                              f"{output_tensor.shape[0] if output_tensor.dim() else 0})")
         esize = input_tensor.element_size()
-        self._exchange(output_tensor, input_tensor, [s * row_in * esize for s in sent],
-                       [s * row_out * esize for s in got])
+        with self._named("all_to_all_single", [input_tensor]):
+            self._exchange(output_tensor, input_tensor, [s * row_in * esize for s in sent],
+                           [s * row_out * esize for s in got])
         return self._done([output_tensor])
 
     alltoall_base = all_to_all_single  # torch before 2.12
@@ -266,8 +287,9 @@ class IrisProcessGroup(dist.ProcessGroup):
         inp = torch.cat([t.contiguous().view(-1).view(torch.uint8) for t in input_tensors])
         out = torch.empty(sum(t.numel() * t.element_size() for t in output_tensors), dtype=torch.uint8,
                           device=inp.device)
-        self._exchange(out, inp, [t.numel() * t.element_size() for t in input_tensors],
-                       [t.numel() * t.element_size() for t in output_tensors])
+        with self._named("all_to_all", input_tensors):
+            self._exchange(out, inp, [t.numel() * t.element_size() for t in input_tensors],
+                           [t.numel() * t.element_size() for t in output_tensors])
         offset = 0
         for tensor in output_tensors:
             nbytes = tensor.numel() * tensor.element_size()
@@ -299,11 +321,12 @@ class IrisProcessGroup(dist.ProcessGroup):
         opts = opts or dist.BroadcastOptions()
         self._check("broadcast", tensors)
         for tensor in tensors:
-            flat = tensor.contiguous().view(-1).view(torch.uint8)
-            word = self._words(flat.numel())
-            staged = self._staged_words(flat, word)
-            self._call(_broadcast, (staged.numel(), word, opts.rootRank), staged, src=opts.rootRank)
-            tensor.copy_(staged.view(torch.uint8).view(tensor.dtype).view(tensor.shape))
+            with self._named("broadcast", [tensor], root=opts.rootRank):
+                flat = tensor.contiguous().view(-1).view(torch.uint8)
+                word = self._words(flat.numel())
+                staged = self._staged_words(flat, word)
+                self._call(_broadcast, (staged.numel(), word, opts.rootRank), staged, src=opts.rootRank)
+                tensor.copy_(staged.view(torch.uint8).view(tensor.dtype).view(tensor.shape))
         return self._done(list(tensors))
 
     def reduce(self, tensors, opts=None):
@@ -311,72 +334,84 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._check("reduce", tensors)
         root = opts.rootRank
         for tensor in tensors:
-            plan = reductions.plan(opts.reduceOp, tensor.dtype, self._ctx.cur_rank)
-            if plan.kind == "gathered":
-                rows = self._rows(tensor)
-                if self.rank() == root:
-                    tensor.copy_(reductions.reduce_rows(rows, plan))
-                continue
-            staged = reductions.premultiplied(self._shared.staging.put("input", tensor, (tensor.numel(),)), plan)
-            out = self._shared.staging.view("output", (tensor.numel(),), tensor.dtype)
-            self._call(_reduce, (tensor.numel(), tensor.dtype, root), out, staged, dst=root)
-            if self.rank() == root:
-                tensor.copy_(reductions.finish(out, plan, self.size()).view(tensor.shape))
+            with self._named("reduce", [tensor], root=root):
+                self._reduce(tensor, opts.reduceOp, root)
         return self._done(list(tensors))
+
+    def _reduce(self, tensor: torch.Tensor, op, root: int) -> None:
+        plan = reductions.plan(op, tensor.dtype, self._ctx.cur_rank)
+        if plan.kind == "gathered":
+            rows = self._rows(tensor)
+            if self.rank() == root:
+                tensor.copy_(reductions.reduce_rows(rows, plan))
+            return
+        staged = reductions.premultiplied(self._shared.staging.put("input", tensor, (tensor.numel(),)), plan)
+        out = self._shared.staging.view("output", (tensor.numel(),), tensor.dtype)
+        self._call(_reduce, (tensor.numel(), tensor.dtype, root), out, staged, dst=root)
+        if self.rank() == root:
+            tensor.copy_(reductions.finish(out, plan, self.size()).view(tensor.shape))
 
     def gather(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.GatherOptions()
         self._check("gather", input_tensors)
-        root, me = opts.rootRank, self.rank()
         for index, tensor in enumerate(input_tensors):
-            flat = tensor.contiguous().view(-1).view(torch.uint8)
-            word = self._words(flat.numel())
-            staged = self._staged_words(flat, word)
-            out = self._shared.staging.view("output", (self.size() * staged.numel(),), word)
-            self._call(_gather, (staged.numel(), word, root), out, staged, dst=root)
-            if me == root:
-                rows = out.view(torch.uint8).view(self.size(), -1)
-                outputs = output_tensors[index]
-                if len(outputs) != self.size():
-                    raise ValueError(f"rank {self._ctx.cur_rank}: gather's root needs a gather_list of one tensor "
-                                     f"per rank of the group ({self.size()}), got {len(outputs)}")
-                for output, row in zip(outputs, rows, strict=True):
-                    output.copy_(row.view(output.dtype).view(output.shape))
+            with self._named("gather", [tensor], root=opts.rootRank):
+                self._gather(output_tensors[index] if self.rank() == opts.rootRank else None, tensor, opts.rootRank)
         return self._done([t for outputs in output_tensors for t in outputs])
+
+    def _gather(self, outputs, tensor: torch.Tensor, root: int) -> None:
+        flat = tensor.contiguous().view(-1).view(torch.uint8)
+        word = self._words(flat.numel())
+        staged = self._staged_words(flat, word)
+        out = self._shared.staging.view("output", (self.size() * staged.numel(),), word)
+        self._call(_gather, (staged.numel(), word, root), out, staged, dst=root)
+        if outputs is not None:
+            rows = out.view(torch.uint8).view(self.size(), -1)
+            if len(outputs) != self.size():
+                raise ValueError(f"rank {self._ctx.cur_rank}: gather's root needs a gather_list of one tensor "
+                                 f"per rank of the group ({self.size()}), got {len(outputs)}")
+            for output, row in zip(outputs, rows, strict=True):
+                output.copy_(row.view(output.dtype).view(output.shape))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.ScatterOptions()
         self._check("scatter", output_tensors)
-        root, me = opts.rootRank, self.rank()
         for index, output in enumerate(output_tensors):
-            nbytes = output.numel() * output.element_size()
-            word = self._words(nbytes)
-            staged = self._shared.staging.view("input", (self.size() * nbytes // word.itemsize,), word)
-            if me == root:
-                pieces = input_tensors[index]
-                if len(pieces) != self.size() or any(p.numel() != output.numel() for p in pieces):
-                    raise ValueError(f"rank {self._ctx.cur_rank}: scatter's root needs a scatter_list of one tensor "
-                                     f"per rank of the group ({self.size()}), each of the output's {output.numel()} "
-                                     "elements")
-                rows = staged.view(torch.uint8).view(self.size(), nbytes)
-                for row, piece in zip(rows, pieces, strict=True):
-                    row.copy_(piece.contiguous().view(-1).view(torch.uint8))
-            out = self._shared.staging.view("output", (nbytes // word.itemsize,), word)
-            self._call(_scatter, (out.numel(), word, root), out, staged, src=root)
-            output.copy_(out.view(torch.uint8).view(output.dtype).view(output.shape))
+            with self._named("scatter", [output], root=opts.rootRank):
+                self._scatter(output, input_tensors[index] if self.rank() == opts.rootRank else None, opts.rootRank)
         return self._done(list(output_tensors))
+
+    def _scatter(self, output: torch.Tensor, pieces, root: int) -> None:
+        nbytes = output.numel() * output.element_size()
+        word = self._words(nbytes)
+        staged = self._shared.staging.view("input", (self.size() * nbytes // word.itemsize,), word)
+        if pieces is not None:
+            if len(pieces) != self.size() or any(p.numel() != output.numel() for p in pieces):
+                raise ValueError(f"rank {self._ctx.cur_rank}: scatter's root needs a scatter_list of one tensor "
+                                 f"per rank of the group ({self.size()}), each of the output's {output.numel()} "
+                                 "elements")
+            rows = staged.view(torch.uint8).view(self.size(), nbytes)
+            for row, piece in zip(rows, pieces, strict=True):
+                row.copy_(piece.contiguous().view(-1).view(torch.uint8))
+        out = self._shared.staging.view("output", (nbytes // word.itemsize,), word)
+        self._call(_scatter, (out.numel(), word, root), out, staged, src=root)
+        output.copy_(out.view(torch.uint8).view(output.dtype).view(output.shape))
 
     # -- point-to-point -----------------------------------------------------------------------------------------
     def send(self, tensors, dst_rank: int, tag: int = 0):
         self._check("send", tensors)
-        for tensor in tensors:
-            self._shared.send(tensor, self._ranks[dst_rank], tag)
+        me = self._ranks[self.rank()]
+        for tensor in tensors:  # named with (sender, receiver) as its ranks, as the receive is
+            with operations.operation("send", tensor.numel() * tensor.element_size(), (me, self._ranks[dst_rank])):
+                self._shared.send(tensor, self._ranks[dst_rank], tag)
         return self._done(list(tensors))
 
     def recv(self, tensors, src_rank: int, tag: int = 0):
         self._check("recv", tensors)
+        me = self._ranks[self.rank()]
         for tensor in tensors:
-            self._shared.recv(tensor, self._ranks[src_rank], tag)
+            with operations.operation("recv", tensor.numel() * tensor.element_size(), (self._ranks[src_rank], me)):
+                self._shared.recv(tensor, self._ranks[src_rank], tag)
         return self._done(list(tensors))
 
     def recv_anysource(self, tensors, tag: int = 0):
@@ -386,7 +421,9 @@ class IrisProcessGroup(dist.ProcessGroup):
     # -- barriers -----------------------------------------------------------------------------------------------
     def barrier(self, opts=None):
         """Every member reaches this point: our device barrier; its work's ``wait`` blocks the host, as NCCL's."""
-        self._workspaces[("barrier",)] = ccl.device_barrier(self._ctx, self._group, self._workspaces.get(("barrier",)))
+        with self._named("barrier"):
+            self._workspaces[("barrier",)] = ccl.device_barrier(self._ctx, self._group,
+                                                                self._workspaces.get(("barrier",)))
         return self._done([], blocking=True)
 
     def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False):

@@ -477,9 +477,10 @@ def state_phrase(state) -> str:
     'in a host barrier, waiting for the other ranks'
     """
     operation = state.operation or {}
+    within = f" in {operation['within']}" if operation.get("within") else ""  # a collective of a training step
     return {
         "paused": lambda: f"held before {operation.get('label')} ({operation.get('kind')}) at line "
-                          f"{operation.get('line')}",
+                          f"{operation.get('line')}{within}",
         "barrier": lambda: f"held before a host barrier (ctx.barrier) at line {operation.get('line')}",
         "in barrier": lambda: "in a host barrier, waiting for the other ranks",
         "running": lambda: "running to its next heap access",
@@ -494,7 +495,8 @@ def operation_lines(operation: dict, values) -> list[str]:
     """What a held rank is about to do, as HTML lines: program, operation and target, operands, values there now."""
     verb = {"load": "from", "store": "to"}.get(operation["kind"], "on")
     targets = ", ".join(element_phrase(t) for t in operation["targets"]) or "no heap"
-    lines = [f"program {tuple(operation['program'])}",
+    lines = [f"program {tuple(operation['program'])}"
+             + (f" of <b>{html.escape(operation['within'])}</b>" if operation.get("within") else ""),
              f"<b>{html.escape(operation['label'])}</b>: {html.escape(operation['kind'])} {verb} "
              f"<b>{html.escape(targets)}</b>"]
     if "compare" in operation:

@@ -3,9 +3,11 @@ coloured by kind, arrows from a release to the access that saw it, zoom and hove
 
 The chart is SVG built here (hover a bar for its details: an SVG ``<title>``), so the same picture is the
 widget's and the static form's (:mod:`.static`); the per-rank table and the first arrows are printed below
-it, and are the view's ``text/plain``. Bars narrower than a pixel that follow each other in a lane are drawn
-as one bar that says how many events it stands for, so a trace of 100 000 events stays a few hundred
-kilobytes.
+it, and are the view's ``text/plain``. Named operations (the collectives of a training step on the ``iris``
+torch.distributed backend, ``all_reduce · DDP bucket 0``) have a lane of their own above each rank's, their bars
+labelled where they are wide enough, and a table of their own below. Bars narrower than a pixel that follow each
+other in a lane are drawn as one bar that says how many events it stands for, so a trace of 100 000 events stays a
+few hundred kilobytes.
 
 Examples
 --------
@@ -22,13 +24,22 @@ import uuid
 
 import ipywidgets as widgets
 
+from iris.base.sizes import format_size
 from iris.base.tables import html_table
-from iris.instruments.tracing.timeline import KIND_ORDER, Span, Timeline, format_time
+from iris.instruments.tracing.timeline import (
+    KIND_ORDER,
+    MAX_OPERATIONS_LISTED,
+    OPERATION,
+    OPERATIONS_TRACK,
+    Span,
+    Timeline,
+    format_time,
+)
 
 from .static import StaticForm
 
 COLOURS = {"read": "#4e79a7", "write": "#59a14f", "atomic": "#f28e2b", "compute": "#b07aa1", "wait": "#bab0ac",
-           "fetch": "#76b7b2", "other": "#9c755f"}
+           "fetch": "#76b7b2", "other": "#9c755f", OPERATION: "#edc948"}
 ARROW_COLOUR = "#c0392b"
 WIDTH, LABEL_WIDTH, RIGHT_MARGIN, ROW_HEIGHT, AXIS_HEIGHT = 920, 120, 36, 14, 26  # (the last tick's label fits)
 MAX_ROWS_PER_RANK = 6  # overlapping events of one rank stack up to this many rows (the last one takes the rest)
@@ -97,17 +108,22 @@ class TimelineView(StaticForm, widgets.VBox):
         lost = (f" · <b style='color:#c0392b'>{dropped} events dropped</b> (buffers full: enable with a larger "
                 "max_events)" if dropped else "")
         note = f"<div style='font-size:12px;color:#555'>{html.escape(self.note)}</div>" if self.note else ""
-        return (f"<b>timeline</b>: {len(t.spans)} events on {t.world_size} ranks over {format_time(t.end - t.start)} · "
-                f"{len(t.arrows)} release → acquire arrows{lost}{note}{_legend()}")
+        named = len(t.operations())
+        events = len(t.spans) - named
+        ops = f" · {named} named operations (host time: from the call to its return)" if named else ""
+        return (f"<b>timeline</b>: {events} events on {t.world_size} ranks over {format_time(t.end - t.start)} · "
+                f"{len(t.arrows)} release → acquire arrows{ops}{lost}{note}{_legend()}")
 
     def _table(self) -> str:
-        head = ["rank", "events", "programs", "first … last", "busy", "waited", *KIND_ORDER]
+        head = ["rank", "events", "programs", "first … last", "busy", "waited", *KIND_ORDER, "named operations"]
         rows = []
         for row in self.timeline.table():
             span = (f"{format_time(row['first'])} … {format_time(row['last'])}" if row["first"] is not None else "–")
             kinds = [f"{v['count']} · {format_time(v['time'])}" if v["count"] else "" for v in row["kinds"].values()]
+            named = row["operations"]
             rows.append([str(row["rank"]), str(row["events"]), str(row["programs"]), span, format_time(row["busy"]),
-                         format_time(row["waited"]), *kinds])
+                         format_time(row["waited"]), *kinds,
+                         f"{named['count']} · {format_time(named['time'])}" if named["count"] else ""])
         arrows = "".join(f"<li>{html.escape(a.source.describe())} → seen by {html.escape(a.sink.describe())}"
                          f" after {format_time(a.waited)} of polling</li>"
                          for a in self.timeline.arrows[:MAX_ARROWS_LISTED])
@@ -115,12 +131,28 @@ class TimelineView(StaticForm, widgets.VBox):
         arrows += f"<li>… {more} more</li>" if more > 0 else ""
         return (html_table(head, rows, css_class="iris-timeline-table")
                 + "<small>per kind: events · summed µs; busy: time covered by any event; waited: polling that "
-                "ended by seeing a release</small>" + (f"<ul style='font-size:12px'>{arrows}</ul>" if arrows else ""))
+                "ended by seeing a release</small>" + (f"<ul style='font-size:12px'>{arrows}</ul>" if arrows else "")
+                + _operations_table(self.timeline))
+
+
+def _operations_table(timeline: Timeline) -> str:
+    """The named operations (every rank's, by start), at most :data:`MAX_OPERATIONS_LISTED`: what the lanes' bars
+    say, readable where the chart's tooltips are not."""
+    named = timeline.operations()
+    if not named:
+        return ""
+    rows = [[str(s.rank), html.escape(s.name), format_time(s.start), format_time(s.duration), format_size(s.payload),
+             html.escape(s.detail)] for s in named[:MAX_OPERATIONS_LISTED]]
+    more = len(named) - MAX_OPERATIONS_LISTED
+    if more > 0:
+        rows.append(["", f"… {more} more"])
+    return html_table(["rank", "named operation", "at", "for", "per rank", "carries"], rows, align="rlrrrl",
+                      wrap=(5,), caption="named operations", css_class="iris-timeline-operations")
 
 
 def _legend() -> str:
     items = "".join(f"<span style='display:inline-block;width:10px;height:10px;background:{COLOURS[k]};"
-                    f"margin:0 3px 0 10px'></span>{k}" for k in KIND_ORDER)
+                    f"margin:0 3px 0 10px'></span>{k}" for k in (*KIND_ORDER, OPERATION))
     return (f"<div style='font-size:12px'>{items}<span style='color:{ARROW_COLOUR};margin-left:12px'>→ release "
             "seen by an acquire</span></div>")
 
@@ -136,8 +168,14 @@ def _lanes(timeline: Timeline, spans: list[Span], mode: str) -> tuple[list[str],
                 for s in mine:
                     if s.program == program:
                         row_of[id(s)] = len(labels)
-                labels.append(f"rank {rank} · pid {program}")
+                labels.append(f"rank {rank} · " + ("operations" if program == OPERATIONS_TRACK else f"pid {program}"))
             continue
+        named = [s for s in mine if s.kind == OPERATION]
+        if named:  # one lane of their own, above the rank's events: they follow each other, never overlap
+            for s in named:
+                row_of[id(s)] = len(labels)
+            labels.append(f"rank {rank} · operations")
+            mine = [s for s in mine if s.kind != OPERATION]
         ends: list[float] = []  # per stacked row, where its last span ends
         first = len(labels)
         for s in mine:
@@ -244,5 +282,11 @@ def bar_svg(run: list[Span], top: float, x) -> str:
         tip = (f"{len(run)} × {first.name} on rank {first.rank} program {first.program}, at {format_time(begin)} for "
                f"{format_time(finish - begin)}"
                + (f", {', '.join(places[:4])}{' …' if len(places) > 4 else ''}" if places else ""))
-    return (f"<rect x='{left:.1f}' y='{top + 2}' width='{max(right - left, 1.0):.1f}' height='{ROW_HEIGHT - 4}' "
-            f"fill='{COLOURS[first.kind]}'><title>{html.escape(tip)}</title></rect>")
+    bar = (f"<rect x='{left:.1f}' y='{top + 2}' width='{max(right - left, 1.0):.1f}' height='{ROW_HEIGHT - 4}' "
+           f"fill='{COLOURS[first.kind]}'><title>{html.escape(tip)}</title></rect>")
+    fits = int((right - left - 4) / 5.5)  # characters of 10 px sans-serif that fit in the bar
+    if first.kind == OPERATION and len(run) == 1 and fits >= 4:  # a named operation says its name where it can
+        name = first.name if len(first.name) <= fits else first.name[:fits - 1] + "…"
+        bar += (f"<text x='{left + 2:.1f}' y='{top + ROW_HEIGHT - 4}' font-size='9'>{html.escape(name)}"
+                f"<title>{html.escape(tip)}</title></text>")
+    return bar

@@ -30,6 +30,7 @@ import warnings
 import numpy as np
 
 from ...interpret import access_events
+from .. import operations
 from .clocks import ATOMIC_BIT, ProgramClocks, happened_before, threads_of
 from .races import Access, Race, RaceWarning
 from .shadow import (
@@ -76,6 +77,7 @@ class RaceDetector:
         self._rank_of_sorted = order
         self._heap_size = np.uint64(heap.size)
         self._kernel = "?"
+        self._operation = ""  # the named operation the running launch belongs to (iris.instruments.operations)
         self._sites: dict[tuple, int] = {}
         self._site_keys: list[tuple] = []
         self._races: list[Race] = []
@@ -125,6 +127,7 @@ class RaceDetector:
     def launch_started(self, kernel: str) -> None:
         self.shadow.drop_abandoned_lock()  # no kernel of this rank runs: it holds no lock, unless interrupted
         self._kernel = kernel
+        self._operation = operations.current_label()
         self.clocks.launch_started()
 
     def launch_finished(self) -> None:
@@ -200,15 +203,16 @@ class RaceDetector:
         return [(int(r), offsets[ranks == r], lanes[ranks == r]) for r in np.unique(ranks)]
 
     def _site(self, kind: str) -> int:
-        """Index of the access site (kernel, kind, file, line) in this rank's site table."""
+        """Index of the access site (kernel, kind, file, line, operation) in this rank's site table."""
         # From the frame that asked for the access, not from our caller: an atomic reaches this observer
         # through the other observers' atomic() (the workbench's hang report is one), outside the kernel.
         frame = access_events.kernel_frame(access_events.access_frame() or sys._getframe(2))
-        key = (self._kernel, kind, *((frame.f_code.co_filename, frame.f_lineno) if frame else ("<unknown>", 0)))
+        key = (self._kernel, kind, *((frame.f_code.co_filename, frame.f_lineno) if frame else ("<unknown>", 0)),
+               self._operation)
         index = self._sites.get(key)
         if index is None:
             if len(self._site_keys) >= SITE_CAPACITY - 1:  # the last entry stands for every further site
-                key = (self._kernel, kind, "<more access sites than the race checker records>", 0)
+                key = (self._kernel, kind, "<more access sites than the race checker records>", 0, self._operation)
                 index = SITE_CAPACITY - 1
             else:
                 index = len(self._site_keys)
@@ -303,8 +307,8 @@ class RaceDetector:
         if not found:
             return
         site, program_id = unpack_info(info)
-        kernel, _, file, line = self._site_key(site, kind)
-        second = Access(self.rank, program_id, kind, file, line, kernel)
+        kernel, _, file, line, operation = self._site_key(site, kind)
+        second = Access(self.rank, program_id, kind, file, line, kernel, operation)
         for heap_rank, offsets, epochs, infos in found:
             # One race per earlier access (thread and site), at its first element.
             pairs = np.stack([threads_of(epochs), infos])
@@ -315,13 +319,13 @@ class RaceDetector:
     def _site_key(self, site, kind):
         if site < len(self._site_keys):
             return self._site_keys[site]
-        return self._kernel, kind, "<more access sites than the race checker records>", 0
+        return self._kernel, kind, "<more access sites than the race checker records>", 0, self._operation
 
     def _race(self, heap_rank, offset, epoch, info, second) -> Race:
         rank = int(threads_of(np.int64(epoch))) // self.clocks.slots
         site, program_id = unpack_info(info)
-        kernel, kind, file, line = self.shadow.read_site(rank, site)
-        first = Access(rank, program_id, kind, file, line, kernel)
+        kernel, kind, file, line, operation = self.shadow.read_site(rank, site)
+        first = Access(rank, program_id, kind, file, line, kernel, operation)
         allocation, start, element, index = self._element(heap_rank, offset)
         return Race(second.kernel, allocation, start, element, index, heap_rank, first, second)
 

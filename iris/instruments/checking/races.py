@@ -39,6 +39,9 @@ class Access:
         device API that it called).
     kernel : str
         The kernel launched.
+    operation : str
+        The named operation the launch ran in (:attr:`iris.instruments.operations.Operation.label`: a collective of
+        the ``iris`` torch.distributed backend, ``all_reduce · DDP bucket 0``), "" outside every one.
     """
 
     rank: int
@@ -47,6 +50,7 @@ class Access:
     file: str
     line: int
     kernel: str
+    operation: str = ""
 
     @property
     def location(self) -> str:
@@ -54,8 +58,9 @@ class Access:
         return f"{os.path.basename(self.file)}:{self.line}"
 
     def __str__(self) -> str:
+        within = f", in {self.operation}" if self.operation else ""
         return (f"{self.kind} at {self.location} (rank {self.rank}, program {tuple(self.program_id)}, "
-                f"kernel {self.kernel})")
+                f"kernel {self.kernel}{within})")
 
 
 @dataclass(frozen=True)
@@ -160,7 +165,9 @@ def _unbroken(phrase: str) -> str:
 
 def _access_html(access: Access) -> str:
     """An access as its text says it, in phrases that each stay on one line: ``store at kernels.py:12``,
-    ``(rank 0,``, ``program (0, 0, 0),``, ``kernel produce)``."""
+    ``(rank 0,``, ``program (0, 0, 0),``, ``kernel produce)`` (``kernel one_shot_kernel,``, ``in all_reduce · DDP
+    bucket 0)`` within a named operation)."""
     phrases = (f"{access.kind} at {access.location}", f"(rank {access.rank},",
-               f"program {tuple(access.program_id)},", f"kernel {access.kernel})")
+               f"program {tuple(access.program_id)},", f"kernel {access.kernel}{',' if access.operation else ')'}")
+    phrases += (f"in {access.operation})",) if access.operation else ()
     return " ".join(map(_unbroken, phrases))

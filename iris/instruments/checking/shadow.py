@@ -48,7 +48,7 @@ WIDTHS = (1, 2, 4, 8)
 WRITE, WRITE_INFO, READ0, READ0_INFO, READ1, READ1_INFO, SYNC = range(7)
 FIELDS = 7
 
-SITE_BYTES = 512  # one access site: "kernel\0kind\0file\0line", utf-8
+SITE_BYTES = 512  # one access site: "kernel\0kind\0file\0line\0operation", utf-8
 SITE_CAPACITY = 1 << 14
 RECORD_CAPACITY = 1 << 14  # release records between two host barriers
 
@@ -181,19 +181,21 @@ class SharedShadow:
                     table[field, first:last] = 0
 
     # -- access sites -----------------------------------------------------------------------------------
-    def write_site(self, index: int, kernel: str, kind: str, file: str, line: int) -> None:
-        """Record site ``index`` of this rank (before any cell names it)."""
+    def write_site(self, index: int, kernel: str, kind: str, file: str, line: int, operation: str = "") -> None:
+        """Record site ``index`` of this rank (before any cell names it); ``operation``: the named operation its
+        launch ran in (:mod:`iris.instruments.operations`)."""
         # Long names are cut so that the record always fits (the end of a path says the most).
-        text = "\0".join((kernel[:120], kind, file[-300:], str(line))).encode()[:SITE_BYTES]
+        text = "\0".join((kernel[:120], kind, file[-260:], str(line), operation[:100])).encode()[:SITE_BYTES]
         row = self._sites[self.rank][index]
         row[:] = 0
         row[:len(text)] = np.frombuffer(text, np.uint8)
 
-    def read_site(self, rank: int, index: int) -> tuple[str, str, str, int]:
-        """``(kernel, kind, file, line)`` of ``rank``'s site ``index``."""
+    def read_site(self, rank: int, index: int) -> tuple[str, str, str, int, str]:
+        """``(kernel, kind, file, line, operation)`` of ``rank``'s site ``index``."""
         parts = bytes(self._sites[rank][index]).rstrip(b"\0").decode(errors="replace").split("\0")
         kernel, kind, file, line = (parts + ["?"] * 4)[:4]  # a record cut short by very long names
-        return kernel, kind, file, int(line) if line.isdigit() else 0
+        operation = parts[4] if len(parts) > 4 else ""
+        return kernel, kind, file, int(line) if line.isdigit() else 0, operation
 
     # -- release records (call with the lock held) --------------------------------------------------------
     @property

@@ -310,7 +310,8 @@ class Coordinator:
         """Where ``state``'s rank is, in words: ``held before iris.store at line 9 (store)``."""
         if state.state == "paused":
             op = state.operation
-            return f"held before {op['label']} at line {op['line']} ({op['kind']})"
+            within = f" in {op['within']}" if op.get("within") else ""
+            return f"held before {op['label']} at line {op['line']} ({op['kind']}){within}"
         if state.state == "barrier":
             return f"held before a host barrier at line {state.operation['line']}"
         if state.state == "failed":

@@ -4,7 +4,8 @@ The CPU backend runs each rank's kernels in the rank's own process through Trito
 every load, store and atomic before it happens (:mod:`iris.interpret.access_events`). The gate is such an observer.
 Before an access that touches any rank's heap (this rank's own included: a flag polled here is set from elsewhere)
 it tells the coordinator what is about to happen (the kernel and its line, the program, the operation, whose heap
-and which elements, the values it will write or compare, the values there now) and waits for ``go``; once done it
+and which elements, the values it will write or compare, the values there now, and the named operation it runs in:
+``within``, a collective of a training step, :mod:`iris.instruments.operations`) and waits for ``go``; once done it
 says what the elements held just before the access and what they hold after it. A host barrier (``ctx.barrier()``)
 is a step too; the end of the cell is said with ``finished``. A thread answers the coordinator's ``read`` requests
 (bytes of any heap: every rank maps every heap of its host) whatever the rank is doing, so the heaps can be drawn
@@ -30,6 +31,7 @@ import threading
 import numpy as np
 
 from ...interpret import access_events
+from .. import operations
 from .protocol import IDLE_SECONDS, Channel, SteppingStopped
 
 ON_A_GPU = ("a kernel on a GPU cannot be paused between ranks, so it cannot be stepped: run the same code on CPU "
@@ -97,7 +99,10 @@ class Gate:
         if not targets:
             return  # not a heap: nothing another rank can see
         frame = access_events.access_frame()
-        user = _user_frame(frame)
+        within = operations.current()
+        # Inside a named operation (a collective that torch.distributed called) the frame outside iris is torch's
+        # own code; the line that makes the access is the collective's kernel, so that is the line shown.
+        user = access_events.kernel_frame(frame) if within is not None else _user_frame(frame)
         operation = {
             "step": self.steps, "rank": self.rank, "kind": kind, "label": _label(frame, user, kind),
             "kernel": self.kernel,
@@ -106,6 +111,8 @@ class Gate:
             "before": _values(addresses[lanes[:VALUES_SHOWN]], itemsize, dtype),
         }
         operation["source"] = linecache.getline(operation["file"], operation["line"]).strip()
+        if within is not None:
+            operation["within"] = within.label
         for name, values in operands.items():
             shown = values[lanes[:VALUES_SHOWN]] if values.size == mask.size else values[:VALUES_SHOWN]
             operation[name] = _as_numbers(shown, dtype)

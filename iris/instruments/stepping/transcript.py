@@ -70,7 +70,8 @@ class Step:
         targets = ", ".join(element_phrase(t) for t in op["targets"])
         operands = " / ".join(_values(op[name]) for name in ("compare", "value") if name in op) or "-"
         targets = targets or "every rank" if op["kind"] == "host barrier" else targets
-        return [str(self.index), str(self.rank), str(op["line"]), f"{op['label']} ({op['kind']})", targets,
+        within = f" in {op['within']}" if op.get("within") else ""  # a collective of a training step
+        return [str(self.index), str(self.rank), str(op["line"]), f"{op['label']} ({op['kind']}){within}", targets,
                 operands, _values(self.before), _values(self.after)]
 
     def is_access(self, access, heap_rank: int) -> bool:

@@ -10,6 +10,12 @@ host) at ``enable``: a kernel reads the device clock between two host readings, 
 offset, to within half the narrowest of a few such brackets (``clock_offset_error_ns`` in the metadata:
 microseconds on a GPU). On the CPU backend the device clock *is* the host's monotonic clock: offset 0, exact.
 
+Named operations (:mod:`iris.instruments.operations`: each collective of the ``iris`` torch.distributed backend,
+``all_reduce · DDP bucket 0``) that end while tracing is enabled are spans too, on a track of their own per rank
+(``tid`` :data:`OPERATIONS_TRACK`, named "operations", category ``iris.operation``): host time, from the call to its
+return (on a GPU the kernels it launched may still run after it), so the timeline says which collective of a
+training step each kernel's events belong to.
+
 Examples
 --------
 >>> ctx.tracing.enable(max_events=100_000)                       # doctest: +SKIP
@@ -37,7 +43,8 @@ from ...language.trace_events import (
     TRACING_SLOTS,
 )
 from ...language.tracing import device_clock
-from .timeline import Timeline
+from .. import operations
+from .timeline import OPERATION_CATEGORY, OPERATIONS_TRACK, Timeline
 
 SCHEMA_VERSION = "1.1"  # upstream's
 CLOCK_PROBES = 5  # brackets tried when tying the device clock to the host's; the narrowest one is kept
@@ -69,6 +76,7 @@ class Tracing:
         self.op_index_counter = None
         self.clock_offset_ns = 0
         self.clock_offset_error_ns = 0
+        self.operations: list[tuple] = []  # (Operation, start ns, end ns) on the host's clock, since enable/reset
 
     def enable(self, max_events: int = 1_000_000) -> None:
         """Allocate buffers for ``max_events`` events on this rank's device and point the device context at them.
@@ -89,6 +97,8 @@ class Tracing:
         self.op_index_counter = torch.zeros(1, dtype=torch.int32, device=device)
         self._point_context_at_buffers()
         self.clock_offset_ns, self.clock_offset_error_ns = self._tie_clock_to_host()
+        self.operations = []
+        operations.add_listener(self)  # held weakly: a context that is gone stops listening
         self.enabled = True
         self.iris.info(f"device tracing enabled, up to {self.max_events} events")
 
@@ -102,6 +112,12 @@ class Tracing:
         self._require_enabled("reset")
         self.trace_counter.zero_()
         self.op_index_counter.zero_()
+        self.operations = []
+
+    def operation_finished(self, operation, start_ns: int, end_ns: int) -> None:
+        """A named operation ended (:func:`iris.instruments.operations.add_listener`): kept for the trace."""
+        if self.enabled:
+            self.operations.append((operation, start_ns, end_ns))
 
     def recorded(self) -> int:
         """Events recorded so far, dropped ones included (what kernels counted)."""
@@ -232,10 +248,25 @@ class Tracing:
             }
             event.update({"ph": "X", "dur": ns_to_us(end - start)} if end > 0 else {"ph": "i", "s": "t"})
             events.append(event)
+        events += self._operation_events()
         events.append({"name": "process_name", "ph": "M", "pid": rank, "args": {"name": f"Rank {rank}"}})
         events += [{"name": "thread_name", "ph": "M", "pid": rank, "tid": program,
                     "args": {"name": f"program {program}"}} for program in sorted(set(column["pid"]))]
+        if self.operations:
+            events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": OPERATIONS_TRACK,
+                           "args": {"name": "operations"}})
         return events
+
+    def _operation_events(self) -> list[dict]:
+        """The named operations heard since enable/reset, as spans on this rank's operations track, their times on
+        the device clock as the kernels' events are (host time minus the clock offset)."""
+        rank = self.iris.cur_rank
+        return [{"name": op.label, "cat": OPERATION_CATEGORY, "ph": "X", "ts": ns_to_us(start - self.clock_offset_ns),
+                 "dur": ns_to_us(end - start), "pid": rank, "tid": OPERATIONS_TRACK,
+                 "args": {"program_id": OPERATIONS_TRACK, "target_rank": rank, "payload_size": op.nbytes,
+                          "operation": op.name, "about": op.about, "detail": op.detail, "ranks": list(op.ranks),
+                          "root": op.root, "number": op.number}}
+                for op, start, end in self.operations]
 
 
 def ns_to_us(ns: int) -> float:

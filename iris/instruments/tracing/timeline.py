@@ -15,7 +15,11 @@
   reading program. On GPUs the ranks' clocks agree to within ``clock_offset_error_ns`` (microseconds): the
   rule allows for it.
 * :meth:`Timeline.table`: per rank, how many events and how long of each kind, and the time waited on
-  locations (the runs above), as rows for a report.
+  locations (the runs above), as rows for a report;
+* named operations (:mod:`iris.instruments.operations`: the collectives of a training step on the ``iris``
+  torch.distributed backend, ``all_reduce · DDP bucket 0``): spans of kind ``"operation"`` on a track of their own
+  per rank (program :data:`OPERATIONS_TRACK`), host time from the call to its return; :meth:`Timeline.operations`
+  lists them. They are not events of a kernel: the table counts them apart.
 
 The workbench draws it (``%iris timeline``); from a script, ``print(Timeline.from_trace(t).text())``.
 
@@ -49,6 +53,10 @@ KINDS = {
     "fetch": "fetch", "wg_fetch": "fetch", "wg_sdma": "fetch",
 }
 KIND_ORDER = ("read", "write", "atomic", "compute", "wait", "fetch", "other")
+OPERATION = "operation"  # the kind of a named operation's span
+OPERATION_CATEGORY = "iris.operation"  # the trace's "cat" of a named operation's span
+OPERATIONS_TRACK = -1  # the program id (trace "tid") of a rank's named operations: a track above its programs
+MAX_OPERATIONS_LISTED = 40  # named operations a text lists, of every rank
 # Atomics that (may) write the location: releases. A compare-and-swap is how polling loops read a flag.
 WRITING_ATOMICS = frozenset(f"atomic_{op}" for op in ("add", "sub", "xchg", "xor", "and", "or", "min", "max"))
 
@@ -90,10 +98,12 @@ class Span:
     heap_offset: int | None
     payload: int  # bytes
     op_index: int = 0
+    category: str = ""  # the trace's "cat": OPERATION_CATEGORY for a named operation
+    detail: str = ""  # what a named operation carries (a bucket's parameters)
 
     @property
     def kind(self) -> str:
-        return kind_of(self.name)
+        return OPERATION if self.category == OPERATION_CATEGORY else kind_of(self.name)
 
     @property
     def duration(self) -> float:
@@ -105,6 +115,10 @@ class Span:
 
     def describe(self) -> str:
         """One line for a tooltip or a table: what, where, by whom, when."""
+        if self.kind == OPERATION:
+            detail = f" ({self.detail})" if self.detail else ""
+            return (f"rank {self.rank}: {self.name}{detail}, {self.payload} B per rank, at {format_time(self.start)} "
+                    f"for {format_time(self.duration)}")
         where = f" {self.location}" if self.location else ""
         target = f" on rank {self.target_rank}" if self.target_rank != self.rank or self.kind != "compute" else ""
         size = f", {self.payload} B" if self.payload else ""
@@ -159,7 +173,8 @@ class Timeline:
                               start=float(e["ts"]), end=float(e["ts"]) + float(e.get("dur", 0.0)),
                               target_rank=int(args.get("target_rank", e["pid"])), location=args.get("location"),
                               heap_offset=args.get("heap_offset"), payload=int(args.get("payload_size", 0)),
-                              op_index=int(args.get("op_index", 0))))
+                              op_index=int(args.get("op_index", 0)), category=e.get("cat", ""),
+                              detail=args.get("detail", "")))
         spans.sort(key=lambda s: (s.start, s.rank, s.program, s.op_index))
         metadata = trace.get("metadata", {})
         world = int(metadata.get("world_size", 1 + max((s.rank for s in spans), default=0)))
@@ -179,15 +194,27 @@ class Timeline:
         """The program ids that recorded events on ``rank``, sorted."""
         return sorted({s.program for s in self.spans if s.rank == rank})
 
+    def operations(self, rank: int | None = None) -> list[Span]:
+        """The named operations' spans (of ``rank``, or of every rank), by start time.
+
+        Examples
+        --------
+        >>> [s.name for s in Timeline.from_trace(merged).operations(rank=0)]     # doctest: +SKIP
+        ['broadcast', 'all_reduce · DDP bucket 0', 'all_reduce · DDP bucket 1']
+        """
+        return [s for s in self.spans if s.kind == OPERATION and (rank is None or s.rank == rank)]
+
     def table(self) -> list[dict]:
         """Per rank: ``events``, ``programs``, ``first``/``last`` (µs), ``busy`` (µs covered by any event),
-        per kind its ``count`` and ``time`` (summed µs), ``waited`` (µs in runs ended by an arrow), ``dropped``."""
+        per kind its ``count`` and ``time`` (summed µs), ``waited`` (µs in runs ended by an arrow), ``dropped``, and
+        ``operations`` (the named operations' count and summed µs, apart: they are not kernels' events)."""
         rows = []
         waited = defaultdict(float)
         for arrow in self.arrows:
             waited[arrow.sink.rank] += arrow.waited
         for rank in range(self.world_size):
-            mine = [s for s in self.spans if s.rank == rank]
+            named = self.operations(rank)
+            mine = [s for s in self.spans if s.rank == rank and s.kind != OPERATION]
             kinds = {kind: {"count": 0, "time": 0.0} for kind in KIND_ORDER}
             for s in mine:
                 kinds[s.kind]["count"] += 1
@@ -195,7 +222,8 @@ class Timeline:
             rows.append({"rank": rank, "events": len(mine), "programs": len({s.program for s in mine}),
                          "first": min((s.start for s in mine), default=None),
                          "last": max((s.end for s in mine), default=None), "busy": _covered(mine),
-                         "kinds": kinds, "waited": waited[rank], "dropped": self.dropped.get(rank, 0)})
+                         "kinds": kinds, "waited": waited[rank], "dropped": self.dropped.get(rank, 0),
+                         "operations": {"count": len(named), "time": sum(s.duration for s in named)}})
         return rows
 
     def flow_events(self) -> list[dict]:
@@ -224,9 +252,15 @@ class Timeline:
             kinds = ", ".join(f"{k} {v['count']} ({format_time(v['time'])})" for k, v in row["kinds"].items()
                               if v["count"])
             dropped = f", {row['dropped']} dropped" if row["dropped"] else ""
+            named = row["operations"]
+            ops = f"; {named['count']} named operations ({format_time(named['time'])})" if named["count"] else ""
             lines.append(f"rank {row['rank']}: {row['events']} events in {row['programs']} programs, busy "
                          f"{format_time(row['busy'])}, waited {format_time(row['waited'])}; "
-                         f"{kinds or 'no events'}{dropped}")
+                         f"{kinds or 'no events'}{dropped}{ops}")
+        for span in self.operations()[:MAX_OPERATIONS_LISTED]:
+            lines.append(f"  {span.describe()}")
+        if len(self.operations()) > MAX_OPERATIONS_LISTED:
+            lines.append(f"  ... {len(self.operations()) - MAX_OPERATIONS_LISTED} more named operations")
         for arrow in self.arrows[:20]:
             lines.append(f"  {arrow.source.describe()}  ->  seen by {arrow.sink.describe()} after "
                          f"{format_time(arrow.waited)} of polling")

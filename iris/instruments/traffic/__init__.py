@@ -13,7 +13,9 @@ what an all-gather needs shows it before any GPU. Modules, one idea each:
   as text and HTML, with :meth:`~TrafficMatrix.with_minimum`; :meth:`TrafficMatrix.from_trace` for a trace;
 * :mod:`.from_trace`: how trace events become bytes;
 * :mod:`.minimum`: what each collective (all-gather, all-reduce, reduce-scatter, all-to-all, broadcast, reduce,
-  gather, scatter) and a send must move.
+  gather, scatter) and a send must move;
+* :mod:`.per_operation`: a recording's launches grouped by the named operation they ran in (the collectives of a
+  training step on the ``iris`` torch.distributed backend, :mod:`iris.instruments.operations`), a matrix each.
 
 This package imports nothing of the workbench, ipyparallel or ipywidgets.
 
@@ -30,6 +32,8 @@ traffic of ag_gemm on 2 ranks: 8.0 KiB crossed ranks, 8.0 KiB needed (1.00× the
 from . import minimum
 from .launch import KINDS, LaunchTraffic
 from .matrix import TrafficMatrix
+from .per_operation import OperationTraffic, TrafficByOperation, per_operation
 from .recorder import TrafficRecorder, record
 
-__all__ = ["KINDS", "LaunchTraffic", "TrafficMatrix", "TrafficRecorder", "minimum", "record"]
+__all__ = ["KINDS", "LaunchTraffic", "OperationTraffic", "TrafficByOperation", "TrafficMatrix", "TrafficRecorder",
+           "minimum", "per_operation", "record"]

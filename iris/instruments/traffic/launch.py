@@ -59,6 +59,9 @@ class LaunchTraffic:
         Per atomic operation name, bytes per heap rank (shape ``(world,)``).
     outside : numpy.ndarray
         int64, shape ``(3,)``: bytes per kind outside every symmetric heap.
+    operation : iris.instruments.operations.Operation or None
+        The named operation the launch belonged to (a collective of the ``iris`` torch.distributed backend), None
+        outside every one.
     """
 
     kernel: str
@@ -67,12 +70,13 @@ class LaunchTraffic:
     operations: np.ndarray
     atomic_ops: dict = field(default_factory=dict)
     outside: np.ndarray = field(default_factory=lambda: np.zeros(len(KINDS), dtype=np.int64))
+    operation: object = None
 
     @classmethod
-    def empty(cls, kernel: str, rank: int, world: int) -> LaunchTraffic:
-        """A launch that moved nothing yet."""
+    def empty(cls, kernel: str, rank: int, world: int, operation=None) -> LaunchTraffic:
+        """A launch that moved nothing yet (within ``operation``, when it belongs to a named one)."""
         zeros = np.zeros((world, len(KINDS)), dtype=np.int64)
-        return cls(kernel, rank, zeros, zeros.copy())
+        return cls(kernel, rank, zeros, zeros.copy(), operation=operation)
 
     @property
     def world(self) -> int:
@@ -99,9 +103,11 @@ class LaunchTraffic:
         return int(rows.sum() if kind is None else rows[:, kind_index(kind)].sum())
 
     def merged(self, other: LaunchTraffic, kernel: str | None = None) -> LaunchTraffic:
-        """This launch's bytes plus ``other``'s (the same rank's), under ``kernel`` (default: this one's)."""
+        """This launch's bytes plus ``other``'s (the same rank's), under ``kernel`` (default: this one's); the
+        operation both belong to, else None."""
         ops = {name: counts.copy() for name, counts in self.atomic_ops.items()}
         for name, counts in other.atomic_ops.items():
             ops[name] = ops.get(name, 0) + counts
+        operation = self.operation if self.operation == other.operation else None
         return LaunchTraffic(kernel or self.kernel, self.rank, self.bytes + other.bytes,
-                             self.operations + other.operations, ops, self.outside + other.outside)
+                             self.operations + other.operations, ops, self.outside + other.outside, operation)

@@ -179,3 +179,48 @@ def send(nbytes: int, world: int, src: int, dst: int) -> np.ndarray:
     if src != dst:
         need[src, dst] = _share(nbytes, 1, "nbytes")
     return need
+
+
+# What each named operation of the iris backend must move (iris.instruments.operations.Operation.name), as the
+# functions above count it for the operation's own ranks. all_to_all is left out: its minimum depends on the split
+# sizes, which the name does not carry; a receive is left out, its send counts the message.
+_OF_OPERATION = {
+    "all_reduce": lambda nbytes, n, root: all_reduce(nbytes, n),
+    "all_gather": lambda nbytes, n, root: all_gather(nbytes, n),
+    "all_gather_into_tensor": lambda nbytes, n, root: all_gather(nbytes, n),
+    "reduce_scatter": lambda nbytes, n, root: reduce_scatter(nbytes, n),
+    "reduce_scatter_tensor": lambda nbytes, n, root: reduce_scatter(nbytes, n),
+    "broadcast": lambda nbytes, n, root: broadcast(nbytes, n, root),
+    "reduce": lambda nbytes, n, root: reduce(nbytes, n, root),
+    "gather": lambda nbytes, n, root: gather(nbytes, n, root),
+    "scatter": lambda nbytes, n, root: scatter(nbytes, n, root),
+    "send": lambda nbytes, n, root: send(nbytes, n, src=0, dst=1),  # its ranks: (sender, receiver)
+}
+
+
+def of_operation(operation, world: int) -> np.ndarray | None:
+    """What a named operation (:class:`iris.instruments.operations.Operation`) must move, as a ``(world, world)``
+    matrix over every rank of the context (its own ranks placed where they are); None where no minimum is known
+    (an all-to-all, a receive, a barrier) or its bytes do not split as the operation splits them.
+
+    Examples
+    --------
+    >>> from iris.instruments.operations import Operation
+    >>> of_operation(Operation("all_gather_into_tensor", nbytes=8, ranks=(0, 2)), world=3).tolist()
+    [[0, 0, 8], [0, 0, 0], [8, 0, 0]]
+    >>> of_operation(Operation("all_reduce", nbytes=4, ranks=(0, 1, 2)), world=3) is None   # 4 B: no 3 equal shares
+    True
+    >>> of_operation(Operation("all_to_all_single", nbytes=64, ranks=(0, 1)), world=2) is None
+    True
+    """
+    count = _OF_OPERATION.get(operation.name)
+    ranks = list(operation.ranks)
+    if count is None or not ranks or max(ranks) >= world:
+        return None
+    try:
+        need = count(operation.nbytes, len(ranks), operation.root or 0)
+    except ValueError:  # bytes that do not split into the operation's shares
+        return None
+    everyone = np.zeros((world, world), dtype=np.int64)
+    everyone[np.ix_(ranks, ranks)] = need
+    return everyone

@@ -26,9 +26,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...interpret import access_events
+from .. import operations
 from .from_trace import traced_launches
 from .launch import LaunchTraffic, kind_index
 from .matrix import SOURCES, TrafficMatrix
+from .per_operation import TrafficByOperation, per_operation
 
 TRACE_CAPACITY = 1_000_000  # events per rank when the recorder enables tracing itself (upstream's default)
 
@@ -141,9 +143,26 @@ class TrafficRecorder:
         everyone = self.ctx.group.all_gather_object(self.launches)
         return TrafficMatrix.from_launches(everyone, launch=launch, source=self.source)
 
+    def per_operation(self) -> TrafficByOperation:
+        """Every rank's traffic per named operation (COLLECTIVE: every rank calls it, after recording): one
+        matrix per collective of a training step, each beside its minimum where :mod:`.minimum` has one.
+
+        Examples
+        --------
+        >>> with iris.instruments.traffic.record(ctx) as rec:                 # doctest: +SKIP
+        ...     loss.backward()                                              # DDP's bucketed all-reduces
+        >>> print(rec.per_operation().text())                               # doctest: +SKIP
+        """
+        if self.recording:
+            raise RuntimeError(f"rank {self.rank}: traffic per operation asked while still recording: leave the "
+                               "`with iris.instruments.traffic.record(ctx)` block (or call stop()) first")
+        everyone = self.ctx.group.all_gather_object(self.launches)
+        return per_operation(everyone, self.source)
+
     # -- observer of the interpreter (iris.interpret.access_events) -----------------------------------------
     def launch_started(self, kernel: str) -> None:
-        self._current = LaunchTraffic.empty(kernel, self.rank, self.world)
+        # The named operation running now (a collective of the iris backend): what per_operation groups by.
+        self._current = LaunchTraffic.empty(kernel, self.rank, self.world, operations.current())
         self.launches.append(self._current)
 
     def launch_finished(self) -> None:
