@@ -122,6 +122,9 @@ def _iris_parser() -> argparse.ArgumentParser:
                               "e.g. iris.traffic.minimum.all_gather(4096,2), without spaces or quoted)")
     traffic.add_argument("--label", default="", help="what to call it in the title, beside the kernel's name "
                                                     "(e.g. which variant ran)")
+    traffic.add_argument("--operation", default=None, metavar="K",
+                         help="one named operation of a training step: its number in the per-operation table, or its "
+                              "label (quoted)")
     return parser
 
 
@@ -231,7 +234,8 @@ class IrisMagics(Magics):
                 print(f"wrote the merged trace to {args.save}: open it at https://ui.perfetto.dev")
             display(view)
         elif args.command == "traffic":
-            display(traffic_last_view(self._need(args.need), args.launch, args.label))
+            operation = int(args.operation) if args.operation and args.operation.isdigit() else args.operation
+            display(traffic_last_view(self._need(args.need), args.launch, args.label, operation))
 
     def _stepped(self, wb, cell: str, args, ranks):
         """``%%iris_kernel --step [--replay ORDER]``: the :class:`~workbench.stepping.SteppedRun`, every rank held at

@@ -6,6 +6,12 @@ label="")`` show the last recording again (:func:`last_view`). On the CPU backen
 interpreter makes); on CUDA it comes from device tracing, so only kernels initialised with ``tracing=True``
 count, and the view says so (:mod:`iris.traffic`).
 
+A cell whose launches ran in named operations (a training step on the ``iris`` torch.distributed backend: each
+collective named by the backend, and by :func:`iris.distributed.name_collectives` what it carries) is shown per
+operation (:class:`~workbench.widgets.traffic_view.OperationsTrafficView`: one row per operation, its bytes against
+its minimum, and the maps of the one chosen); ``%iris traffic --operation K`` and ``workbench.traffic(operation=K)``
+show operation K's matrix alone (K: its number in the table, or its label).
+
 Each rank answers its own launches (:mod:`.widgets.probes`); the matrix is put together here, in the notebook,
 so no collective runs on the ranks and a cell of some ranks (``--ranks``) shows what those ranks moved.
 
@@ -21,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from iris.instruments.traffic import TrafficMatrix
+from iris.instruments.traffic import TrafficByOperation, TrafficMatrix, per_operation
 
 from .report import RankError, ranks_phrase
 from .widgets import probes
@@ -48,16 +54,26 @@ def stop_recording(wb, ranks=None) -> None:
              "ranks": [a["rank"] for a in recorded]}
 
 
-def last_matrix(need=None, launch: int | None = None, label: str = "") -> TrafficMatrix:
+def last_matrix(need=None, launch: int | None = None, label: str = "", operation=None) -> TrafficMatrix:
     """The :class:`~iris.traffic.TrafficMatrix` of the last recording: launch ``launch`` of every rank (None: all
-    of the cell's launches), with ``need`` (bytes, or a ``(world, world)`` matrix from
+    of the cell's launches), or the named operation ``operation`` (its number in :func:`last_per_operation`, or its
+    label; beside its minimum where one is known), with ``need`` (bytes, or a ``(world, world)`` matrix from
     :mod:`iris.traffic.minimum`) beside it, and ``label`` (e.g. which variant of the kernel ran) in its headline.
 
     Raises
     ------
     RankError
-        When nothing was recorded yet, or a rank did not make launch ``launch``.
+        When nothing was recorded yet, a rank did not make launch ``launch``, or there is no such operation.
     """
+    if operation is not None:
+        if launch is not None:
+            raise RankError("traffic: give a launch or an operation, not both")
+        try:
+            matrix = last_per_operation()[operation].matrix
+        except (IndexError, KeyError) as exc:
+            raise RankError(f"no operation {operation!r} in the last --traffic cell: {exc}") from None
+        matrix = replace(matrix, label=label) if label else matrix
+        return matrix if need is None else matrix.with_minimum(need)
     if _last is None:
         raise RankError("no traffic recorded yet: run a cell with %%iris_kernel --traffic first")
     try:
@@ -68,11 +84,31 @@ def last_matrix(need=None, launch: int | None = None, label: str = "") -> Traffi
     return matrix if need is None else matrix.with_minimum(need)
 
 
-def last_view(need=None, launch: int | None = None, label: str = ""):
-    """A :class:`~workbench.widgets.traffic_view.TrafficView` of :func:`last_matrix`."""
-    from .widgets.traffic_view import TrafficView
+def last_per_operation() -> TrafficByOperation:
+    """The last recording per named operation (:func:`iris.instruments.traffic.per_operation`): one entry per
+    collective the cell's training step ran, each beside its minimum where one is known.
 
-    return TrafficView(last_matrix(need, launch, label), note=_note())
+    Raises
+    ------
+    RankError
+        When nothing was recorded yet.
+    """
+    if _last is None:
+        raise RankError("no traffic recorded yet: run a cell with %%iris_kernel --traffic first")
+    return per_operation(_last["launches"], _last["source"])
+
+
+def last_view(need=None, launch: int | None = None, label: str = "", operation=None):
+    """The view of the last recording: per named operation (an
+    :class:`~workbench.widgets.traffic_view.OperationsTrafficView`) when its launches ran in some and nothing else is
+    asked, else a :class:`~workbench.widgets.traffic_view.TrafficView` of :func:`last_matrix`."""
+    from .widgets.traffic_view import OperationsTrafficView, TrafficView
+
+    if need is None and launch is None and operation is None:
+        by_operation = last_per_operation()
+        if by_operation.named():
+            return OperationsTrafficView(by_operation, last_matrix(label=label), note=_note())
+    return TrafficView(last_matrix(need, launch, label, operation), note=_note())
 
 
 def cell_view(wb, ranks=None, need=None, launch: int | None = None, label: str = ""):

@@ -105,20 +105,25 @@ def sweep(collective: str = "all_reduce", sizes=None, dtype="bfloat16", peers: b
     return sweep_on_ranks(collective, sizes, dtype, peers, timeout=timeout)
 
 
-def traffic(need=None, launch=None, label=""):
+def traffic(need=None, launch=None, label="", operation=None):
     """The bytes each rank loaded from, stored to and atomically updated at each rank's heap in the last
-    ``%%iris_kernel --traffic`` cell: a :class:`~workbench.widgets.traffic_view.TrafficView` (heat maps and table).
+    ``%%iris_kernel --traffic`` cell: a :class:`~workbench.widgets.traffic_view.TrafficView` (heat maps and table),
+    or, for a cell whose launches ran in named operations (a training step on the ``iris`` backend), an
+    :class:`~workbench.widgets.traffic_view.OperationsTrafficView` (a row per operation, the maps of the one chosen).
 
     ``need``: what the operation must move across ranks, bytes or a matrix of :mod:`iris.traffic.minimum`, shown
     beside what moved; ``launch``: one launch (0: each rank's first), default all of the cell's; ``label``: what
-    to call it in the title, beside the kernel's name (which variant ran, when one kernel has several).
+    to call it in the title, beside the kernel's name (which variant ran, when one kernel has several);
+    ``operation``: one named operation alone (its number in the table, or its label), beside its minimum.
 
     Examples
     --------
     >>> workbench.traffic(need=iris.traffic.minimum.all_gather(X_local.nbytes, 2), launch=0)   # doctest: +SKIP
     >>> workbench.traffic(need=need, launch=0, label="one_shot")                                 # doctest: +SKIP
+    >>> workbench.traffic(operation="all_reduce · DDP bucket 1").matrix.ratio()                 # doctest: +SKIP
+    1.0
     """
-    return _traffic_view(need, launch, label)
+    return _traffic_view(need, launch, label, operation)
 
 
 def step(code: str, order=None, race=None, hold: bool = False):

@@ -506,7 +506,7 @@ def operation_lines(operation: dict, values) -> list[str]:
         lines.append(f"writes {_values(operation['value'])}" if operation["kind"] == "store"
                      else f"{operation['kind'].removeprefix('atomic_')} with {_values(operation['value'])}")
     for target in operation["targets"]:
-        now = _there_now(target, values)
+        now = _there_now(target, values) if _read_as_held(operation, target) else None
         lines.append(f"there now: {_values(now if now is not None else operation.get('before'))}")
     return lines
 
@@ -537,6 +537,14 @@ def source_html(operation: dict) -> str:
     caption = f"{'kernel ' + html.escape(kernel) + ', ' if kernel else ''}{where}, line {line}"
     return (f"<div style='font-size:11px;color:#555'>{caption}</div>"
             f"<div style='font-family:monospace;font-size:12px;line-height:1.35'>{''.join(rows)}</div>")
+
+
+def _read_as_held(operation: dict, target: dict) -> bool:
+    """Whether ``target``'s allocation holds elements of the type the access reads or writes (the iris backend's
+    staging buffers are bytes, which its kernels access as float32 or bfloat16 words: their values are the gate's)."""
+    element = operation.get("dtype", "")
+    element = {"bf16": "bfloat16"}.get(element, element.replace("fp", "float"))
+    return target.get("dtype") == element
 
 
 def _there_now(target: dict, values) -> list | None:

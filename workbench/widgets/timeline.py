@@ -111,6 +111,9 @@ class TimelineView(StaticForm, widgets.VBox):
         named = len(t.operations())
         events = len(t.spans) - named
         ops = f" · {named} named operations (host time: from the call to its return)" if named else ""
+        if named and not events:  # a training step: the collectives ran, but their kernels record no events
+            ops += ("; their kernels record no events (only kernels whose device context is initialised with "
+                    "tracing=True do)")
         return (f"<b>timeline</b>: {events} events on {t.world_size} ranks over {format_time(t.end - t.start)} · "
                 f"{len(t.arrows)} release → acquire arrows{ops}{lost}{note}{_legend()}")
 

@@ -2,6 +2,11 @@
 (issuing rank x heap, per kind, and what crossed from rank to rank) above its tables
 (:meth:`iris.traffic.TrafficMatrix.tables_html`).
 
+A cell whose launches ran in named operations (the collectives of a training step on the ``iris``
+torch.distributed backend: ``all_reduce · DDP bucket 0``) gets :class:`OperationsTrafficView` instead: a table of
+every operation (what it moved across ranks against its minimum, from which rank to which, what it carries), and the
+heat maps of the operation chosen in it (or of the whole cell).
+
 The heat maps are SVG built here, so the same picture is the widget's and the static form's (:mod:`.static`);
 hover a cell for its bytes (and, with a minimum, moved / needed). Each panel is an SVG of its own, so that a
 column too narrow for all four puts the rest on the next line. The view's ``text/plain`` is the matrix as text.
@@ -20,7 +25,7 @@ import ipywidgets as widgets
 import numpy as np
 
 from iris.base.sizes import format_size
-from iris.instruments.traffic import KINDS, TrafficMatrix
+from iris.instruments.traffic import KINDS, TrafficByOperation, TrafficMatrix
 from iris.instruments.traffic.matrix import SOURCES
 
 from .static import StaticForm
@@ -65,6 +70,65 @@ class TrafficView(StaticForm, widgets.VBox):
     def summary(self) -> str:
         """The matrix as text (:meth:`iris.traffic.TrafficMatrix.to_text`), after the note."""
         return (f"{self.note}\n" if self.note else "") + self.matrix.to_text()
+
+
+class OperationsTrafficView(StaticForm, widgets.VBox):
+    """The traffic of a cell per named operation: a table of every operation (its row says what crossed from which
+    rank to which, against its minimum), then the heat maps and tables of the one chosen (or of the whole cell).
+
+    Parameters
+    ----------
+    operations : iris.instruments.traffic.TrafficByOperation
+    whole : iris.instruments.traffic.TrafficMatrix
+        Every launch of the cell, summed: the first choice.
+    note : str
+        A line under the header.
+
+    Attributes
+    ----------
+    operations : iris.instruments.traffic.TrafficByOperation
+    choice : ipywidgets.Dropdown
+        The whole cell (None) or an operation's number in the table; its maps and tables are drawn below.
+    chosen : ipywidgets.HTML
+        The chosen matrix's headline, heat maps and tables.
+
+    Examples
+    --------
+    >>> view = OperationsTrafficView(rec_per_operation, whole_matrix)              # doctest: +SKIP
+    >>> view.choice.value = 1                                                     # the maps of operation 1
+    """
+
+    def __init__(self, operations: TrafficByOperation, whole: TrafficMatrix, note: str = ""):
+        self.operations, self.whole, self.note = operations, whole, note
+        lines = "".join(f"<div style='font-size:12px;color:#555'>{html.escape(line)}</div>"
+                        for line in (SOURCES[operations.source], note) if line)
+        self.header = widgets.HTML(f"<b>{html.escape(operations.headline())}</b>{lines}")
+        self.table = widgets.HTML(operations.table_html())
+        options = [("the whole cell", None)] + [(f"{i}. {entry.label}", i) for i, entry in enumerate(operations)]
+        first = next((i for i, entry in enumerate(operations) if entry.operation is not None), None)
+        self.choice = widgets.Dropdown(options=options, value=first, description="show",
+                                       layout=widgets.Layout(width="auto", max_width="100%"))
+        self.chosen = widgets.HTML()
+        super().__init__([self.header, self.table, self.choice, self.chosen])
+        self.add_class("iris-traffic-view")
+        self.redraw()
+        self.choice.observe(lambda _: (self.redraw(), self.update_displays()), "value")
+
+    @property
+    def matrix(self) -> TrafficMatrix:
+        """The matrix drawn now: the chosen operation's, or the whole cell's."""
+        chosen = self.choice.value
+        return self.whole if chosen is None else self.operations[chosen].matrix
+
+    def redraw(self) -> None:
+        """Draw the chosen matrix: its headline, its heat maps, its tables."""
+        matrix = self.matrix
+        self.chosen.value = (f"<div style='margin-top:6px'><b>{html.escape(matrix.headline())}</b></div>"
+                             f"{heat_maps_html(matrix)}{matrix.tables_html()}")
+
+    def summary(self) -> str:
+        """Every operation's row as text (:meth:`~iris.instruments.traffic.TrafficByOperation.text`)."""
+        return (f"{self.note}\n" if self.note else "") + self.operations.text()
 
 
 def heat_maps_html(matrix: TrafficMatrix) -> str:

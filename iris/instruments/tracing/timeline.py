@@ -246,7 +246,9 @@ class Timeline:
 
     def text(self) -> str:
         """:meth:`table` as plain text, one line per rank, then the arrows (at most 20)."""
-        lines = [f"timeline of {len(self.spans)} events on {self.world_size} ranks over "
+        named = len(self.operations())
+        ops = f" and {named} named operations" if named else ""
+        lines = [f"timeline of {len(self.spans) - named} events{ops} on {self.world_size} ranks over "
                  f"{format_time(self.end - self.start)}, {len(self.arrows)} release -> acquire arrows"]
         for row in self.table():
             kinds = ", ".join(f"{k} {v['count']} ({format_time(v['time'])})" for k, v in row["kinds"].items()

@@ -127,15 +127,20 @@ class TrafficByOperation:
 
     __str__ = text
 
-    def html(self) -> str:
-        """The table as HTML (the detail in a last column, wrapped), under the headline."""
+    def table_html(self) -> str:
+        """The table alone, as HTML (what each operation carries in a last column, wrapped): a view with a header of
+        its own shows it under that."""
         rows = [[*(html.escape(cell) for cell in row),
                  html.escape(e.operation.detail if e.operation is not None else "")]
                 for row, e in zip(self.rows(), self.entries, strict=True)]
-        table = html_table([html.escape(h) for h in (*HEAD, "carries")], rows, align="rllrrrrll", wrap=(7, 8),
-                           css_class="iris-traffic-operations", row_labels=False)
+        return html_table([html.escape(h) for h in (*HEAD, "carries")], rows, align="rllrrrrll", wrap=(7, 8),
+                          css_class="iris-traffic-operations", row_labels=False)
+
+    def html(self) -> str:
+        """The headline, how the bytes were counted, then :meth:`table_html`."""
         return (f"<div class='iris-traffic-operations'><b>{html.escape(self.headline())}</b>"
-                f"<div style='font-size:12px;color:#555'>{html.escape(SOURCES[self.source])}</div>{table}</div>")
+                f"<div style='font-size:12px;color:#555'>{html.escape(SOURCES[self.source])}</div>"
+                f"{self.table_html()}</div>")
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
         return {"text/plain": self.text(), "text/html": self.html()}
