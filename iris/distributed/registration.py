@@ -85,9 +85,13 @@ class Backend:
             self.p2p = p2p.init_p2p(self.ctx, self.options.p2p_bytes, torch.uint8)
 
     def _pieces(self, tensor: torch.Tensor):
+        """The slot-sized pieces of ``tensor``'s bytes, each as 4-byte words where it can be (a quarter of the
+        elements to copy); sender and receiver cut alike, and a piece's bytes are what the receiver checks."""
         flat = tensor.view(-1).view(torch.uint8)
         step = self.p2p.slot_bytes
-        return [flat[start:start + step] for start in range(0, flat.numel(), step)]
+        pieces = [flat[start:start + step] for start in range(0, flat.numel(), step)]
+        return [piece.view(torch.int32) if piece.numel() % 4 == 0 and piece.data_ptr() % 4 == 0 else piece
+                for piece in pieces]
 
     def _p2p_state(self, what: str):
         if self.p2p is None:
