@@ -81,9 +81,10 @@ def test_size_rule_and_reduce_scatter_ownership():
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_all_reduce_every_variant_dtype_and_odd_shape(world):
-    results = run_ranks(world, f"{CASES}:all_reduce_every_variant", ODD_SHAPES, 32, timeout=240)
+    shapes = ODD_SHAPES if world == 2 else ODD_SHAPES[:1]  # 3 ranks: the odd 2-D shape, every variant and dtype
+    results = run_ranks(world, f"{CASES}:all_reduce_every_variant", shapes, 32, timeout=240)
     # per shape: 3 dtypes x (every variant and the size rule x 2 calls + those that run in place once more)
-    assert all(r["checked"] == len(ODD_SHAPES) * 3 * every_variant_checks(2) for r in results)
+    assert all(r["checked"] == len(shapes) * 3 * every_variant_checks(2) for r in results)
 
 
 def test_spinlock_all_reduce_has_a_lock_per_tile_and_refuses_too_few():
