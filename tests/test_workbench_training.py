@@ -4,7 +4,8 @@ item 4): real engines, 2 CPU ranks, one DDP model whose gradients go in two buck
 
 * ``%%iris_kernel --traffic``: a row per named all-reduce, its bytes the bucket's, beside the minimum;
 * ``%%iris_kernel --trace``: each named all-reduce on the timeline's operations lane of each rank;
-* ``workbench.step``: the step stepped to its end, each held access saying which bucket's all-reduce it is in;
+* ``workbench.step``: the step stepped to the second bucket's all-reduce, then to its end, each held access saying
+  which bucket's all-reduce it is in;
 * ``%%iris_kernel --check races``: no race in the step; with the collectives' releases weakened, races named after the
   bucket whose all-reduce raced.
 
@@ -137,12 +138,21 @@ def test_a_ddp_step_stepped_to_its_end_names_each_held_access(shell):
         assert all(op and op["within"] == "all_reduce · DDP bucket 0" for op in held), run.summary()
         assert all(op["file"].endswith("all_reduce.py") or op["file"].endswith("inbox.py") for op in held), held
         assert "in all_reduce · DDP bucket 0" in run.summary()
-        steps = run.run_to_end()
+        assert run.run_to_operation("bucket 0") == 0  # there already
+        view = run.view
+        assert view.next_operation.layout.display is None  # shown: the ranks are held in a named operation
+        view.next_operation.click()  # every rank held at its first access of the next collective: the second bucket
+        first = len(run.transcript)
+        assert all(state.operation["within"] == "all_reduce · DDP bucket 1" for state in run.ranks), run.summary()
+        assert "program (0, 0, 0) of <b>all_reduce · DDP bucket 1</b>" in static_html(view)
+        steps = first + run.run_to_end()
+        assert view.next_operation.disabled
     finally:
         run.stop()
     assert run.done and run.report.ok, run.summary()
     within = [step.operation.get("within") for step in run.transcript.steps]
-    assert set(within) == set(BUCKETS) and steps == len(within) < 400, (steps, set(within))
+    assert within[:first] == ["all_reduce · DDP bucket 0"] * first and within[first] == "all_reduce · DDP bucket 1"
+    assert set(within) == set(BUCKETS) and steps == len(within) < 100, (steps, set(within))
     assert "in all_reduce · DDP bucket 1" in str(run.transcript)
 
 

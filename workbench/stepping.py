@@ -146,6 +146,12 @@ class SteppedRun:
         the number of steps taken."""
         return self._after(self.coordinator.run(self._rank(rank), until_rank=until_rank, until_line=until_line))
 
+    def run_to_operation(self, label: str | None = None) -> int:
+        """Step the ranks in turn until each is held in the named operation whose label holds ``label`` (a training
+        step's ``"DDP bucket 1"``; without ``label``: the next one, a collective at a time), or has ended; the number
+        of steps taken."""
+        return self._after(self.coordinator.run_to_operation(label))
+
     def run_to_end(self) -> int:
         """Step the ranks in turn until every one has ended; the number of steps taken."""
         return self._after(self.coordinator.run_to_end())

@@ -105,6 +105,10 @@ class StepperView(StaticForm, widgets.VBox):
         self.message = widgets.HTML()
         self.step_each = _button("step every rank once", "every held rank takes one step, in rank order")
         self.run_all = _button("run all to the end", "the held ranks take turns until every rank has ended")
+        # Shown while a rank is held in a named operation (a collective of a training step): a collective at a time.
+        self.next_operation = _button("run all to the next operation", "the held ranks take turns until each is in "
+                                      "the next named operation (a training step's next collective) or has ended")
+        self.next_operation.layout.display = "none"
         self.stop = _button("stop", "end the run now: every held rank's kernel raises SteppingStopped",
                             style="danger")
         self.order_file = widgets.Text(value=run.order_file or ORDER_FILE, description="order file",
@@ -114,10 +118,12 @@ class StepperView(StaticForm, widgets.VBox):
         self.replay = _button("replay the order", "take the steps of the order file, from where the ranks are now")
         self.step_each.on_click(lambda _: self._act(self.run.step_each))
         self.run_all.on_click(lambda _: self._act(self.run.run_to_end))
+        self.next_operation.on_click(lambda _: self._act(self.run.run_to_operation))
         self.stop.on_click(lambda _: self._act(self.run.stop))
         self.save.on_click(lambda _: self._act(self._save_order))
         self.replay.on_click(lambda _: self._act(self._replay_order))
-        controls = widgets.HBox([self.step_each, self.run_all, self.stop, self.order_file, self.save, self.replay],
+        controls = widgets.HBox([self.step_each, self.run_all, self.next_operation, self.stop, self.order_file,
+                                 self.save, self.replay],
                                 layout=widgets.Layout(flex_flow="row wrap"))
 
         self.panels = [RankStepPanel(rank, len(run.ranks), self._act, run) for rank in range(len(run.ranks))]
@@ -193,8 +199,10 @@ class StepperView(StaticForm, widgets.VBox):
         if run.order_file != self._order_file_seen:  # a file replayed from Python: the box names it
             self.order_file.value = self._order_file_seen = run.order_file
         self.header.value = self._header()
-        for control in (self.step_each, self.run_all, self.stop, self.replay):
+        for control in (self.step_each, self.run_all, self.next_operation, self.stop, self.replay):
             control.disabled = run.done
+        within = any(state.held and (state.operation or {}).get("within") for state in run.ranks)
+        self.next_operation.layout.display = None if within else "none"
         self._grow_heaps()
         values = self._read_heaps()
         for panel in self.panels:

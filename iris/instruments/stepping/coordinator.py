@@ -211,6 +211,47 @@ class Coordinator:
                 taken += 1
         return taken
 
+    def run_to_operation(self, label: str | None = None, max_steps: int = MAX_STEPS) -> int:
+        """Step every held rank in turn until each is held in a named operation whose label holds ``label`` (a
+        training step's ``"DDP bucket 1"``; :mod:`iris.instruments.operations`), or, without ``label``, in the next
+        named operation after the one it is in now; or until it has ended. The number of steps taken. A rank that got
+        there waits while the others catch up: the ranks of a collective arrive together.
+
+        Raises
+        ------
+        SteppingError
+            After ``max_steps`` steps short of it (a rank that polls a flag only a waiting rank would set).
+
+        Examples
+        --------
+        >>> coordinator.run_to_operation("DDP bucket 1")            # doctest: +SKIP
+        23
+        """
+        now = {s.rank: (s.operation or {}).get("within_number") for s in self.ranks}
+
+        def arrived(state: RankState) -> bool:
+            op = state.operation or {}
+            if state.state != "paused" or "within" not in op:
+                return False
+            return label in op["within"] if label is not None else op.get("within_number") != now[state.rank]
+
+        taken = 0
+        while True:
+            going = [r for r in range(self.world_size) if self.ranks[r].held and not arrived(self.ranks[r])]
+            if not going:
+                if self.done or any(s.held for s in self.ranks) or not any(s.state == "in barrier"
+                                                                           for s in self.ranks):
+                    return taken
+                self._wait_for(lambda: self.done or any(s.held for s in self.ranks), "to come out of the host "
+                               "barrier (a rank that never calls it keeps the others there)")
+                continue
+            for rank in going:
+                if taken >= max_steps:
+                    raise SteppingError(f"{max_steps} steps and the ranks are not all in an operation named "
+                                        f"{label!r}: {self.summary()}")
+                self.step(rank)
+                taken += 1
+
     def run_first(self, ranks, until=None, before=None, max_steps: int = MAX_STEPS) -> int:
         """Step the ranks, always the first of ``ranks`` that can go (then the others, in rank order), to their end
         or until ``until(step)`` is true of a step taken, or until ``before(rank, operation)`` is true of the step

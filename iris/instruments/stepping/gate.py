@@ -112,7 +112,7 @@ class Gate:
         }
         operation["source"] = linecache.getline(operation["file"], operation["line"]).strip()
         if within is not None:
-            operation["within"] = within.label
+            operation["within"], operation["within_number"] = within.label, within.number
         for name, values in operands.items():
             shown = values[lanes[:VALUES_SHOWN]] if values.size == mask.size else values[:VALUES_SHOWN]
             operation[name] = _as_numbers(shown, dtype)
