@@ -309,8 +309,10 @@ def beside_gloo() -> dict:
 
 
 def refusals() -> dict:
-    """Bad input: a clear error naming the rank and what to do."""
-    rank, world = _start()
+    """Bad input: a clear error naming the rank and what to do; the group started with torch's device-map spelling."""
+    dist.init_process_group("cpu:iris,cuda:iris", timeout=datetime.timedelta(seconds=120))
+    assert "IrisProcessGroup" in type(dist.group.WORLD).__name__, type(dist.group.WORLD)
+    rank, world = dist.get_rank(), dist.get_world_size()
     said = []
 
     def expect(exc, fn, *needles):
