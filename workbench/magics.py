@@ -29,6 +29,8 @@ Examples
     %%iris_kernel --traffic        # bytes each rank loaded from, stored to, updated at each heap, shown after
     ...                            # (--traffic one_shot: "one_shot" beside the kernel's name in the title)
     %iris traffic --launch 0 --need 8192   # that matrix again: one launch, beside what the operation needs
+    %iris traffic --operation 1    # a training step's collective alone (its row in the per-operation table); the
+                                   # collectives named by the iris backend and iris.distributed.name_collectives(model)
     %iris status
     %iris solution 07              # one solution to lesson 07's exercise, folded; --load puts it in the cell
     %iris stop

@@ -40,16 +40,18 @@ import itertools
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..base.sizes import format_size
 
 DETAIL_SHOWN = 160  # characters of an operation's detail that a one-line description keeps
 
 
-@dataclass(frozen=True)
-class Operation:
+class Operation(NamedTuple):
     """One named operation of this process (a collective of the ``iris`` backend, or one a user names).
+
+    A named tuple: every collective of the backend makes one, and a tuple costs a fraction of a frozen dataclass to
+    make (an eager GPU collective takes a few microseconds of host time all told).
 
     Attributes
     ----------
@@ -99,6 +101,7 @@ class Operation:
 
 
 _abouts: list[tuple[int, str, str]] = []  # (token, about, detail), innermost last
+_NOBODY = (0, "", "")  # what nobody said
 _operations: list[Operation] = []  # innermost last
 _tokens = itertools.count(1)
 _numbers = itertools.count()
@@ -165,8 +168,32 @@ def about(text: str, detail: str = ""):
         pop_about(token)
 
 
-@contextlib.contextmanager
-def operation(name: str, nbytes: int = 0, ranks=(), root: int | None = None):
+class _Running:
+    """An operation while it runs: the context manager :func:`operation` returns (a class, not a generator: it runs
+    around every collective of the backend, where a generator's overhead would show)."""
+
+    __slots__ = ("op", "start")
+
+    def __init__(self, op: Operation):
+        self.op = op
+
+    def __enter__(self) -> Operation:
+        _operations.append(self.op)
+        self.start = time.monotonic_ns()
+        return self.op
+
+    def __exit__(self, *exc) -> None:
+        end = time.monotonic_ns()
+        if _operations and _operations[-1] is self.op:
+            _operations.pop()
+        elif self.op in _operations:  # ended out of order (another thread's): still gone
+            _operations.remove(self.op)
+        if _listeners:
+            for listener in list(_listeners):
+                listener.operation_finished(self.op, self.start, end)
+
+
+def operation(name: str, nbytes: int = 0, ranks=(), root: int | None = None) -> _Running:
     """Run the body as one named operation (:class:`Operation`), carrying the innermost :func:`about`; listeners
     (:func:`add_listener`) hear of it when it ends, with its start and end on the host's monotonic clock.
 
@@ -188,19 +215,8 @@ def operation(name: str, nbytes: int = 0, ranks=(), root: int | None = None):
     >>> op.describe()
     'broadcast: 16 B per rank over ranks 0, 1, root rank 0'
     """
-    with _lock:
-        said = _abouts[-1] if _abouts else (0, "", "")
-        op = Operation(name, said[1], said[2], int(nbytes), tuple(int(r) for r in ranks), root, next(_numbers))
-        _operations.append(op)
-    start = time.monotonic_ns()
-    try:
-        yield op
-    finally:
-        end = time.monotonic_ns()
-        with _lock:
-            _operations.remove(op)
-        for listener in list(_listeners):
-            listener.operation_finished(op, start, end)
+    said = _abouts[-1] if _abouts else _NOBODY
+    return _Running(Operation(name, said[1], said[2], nbytes, tuple(ranks), root, next(_numbers)))
 
 
 def add_listener(listener) -> None:
