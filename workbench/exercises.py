@@ -55,7 +55,7 @@ def require(lesson: str, problem: str | None, *, read: str) -> None:
     Parameters
     ----------
     lesson
-        The exercise's key: the lesson's number, ``"00"`` to ``"16"``, with ``b`` for a lesson's second exercise
+        The exercise's key: the lesson's number, ``"00"`` to ``"17"``, with ``b`` for a lesson's second exercise
         (``"03b"``): the message names the magic that loads its solution.
     problem
         What was found against what was expected, e.g. from :func:`mismatch`; None when the result is right.
