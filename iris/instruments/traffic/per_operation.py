@@ -128,13 +128,22 @@ class TrafficByOperation:
     __str__ = text
 
     def table_html(self) -> str:
-        """The table alone, as HTML (what each operation carries in a last column, wrapped): a view with a header of
-        its own shows it under that."""
-        rows = [[*(html.escape(cell) for cell in row),
-                 html.escape(e.operation.detail if e.operation is not None else "")]
-                for row, e in zip(self.rows(), self.entries, strict=True)]
-        return html_table([html.escape(h) for h in (*HEAD, "carries")], rows, align="rllrrrrll", wrap=(7, 8),
-                          css_class="iris-traffic-operations", row_labels=False)
+        """The table alone, as HTML, then what each operation carries (a list under it: parameter names are long): a
+        view with a header of its own shows it under that."""
+        rows = []
+        for row in self.rows():
+            # The pairs wrap between each other, never inside one ("0→1 4.2 KiB" stays whole).
+            pairs = ", ".join(f"<span style='white-space:nowrap'>{html.escape(pair)}</span>"
+                              for pair in row[-1].split(", "))
+            rows.append([*(html.escape(cell) for cell in row[:-1]), pairs])
+        table = html_table([html.escape(h) for h in HEAD], rows, align="rllrrrrl", wrap=(7,),
+                           css_class="iris-traffic-operations", row_labels=False)
+        carried = "".join(f"<li value='{i}'><b>{html.escape(e.label)}</b>: {html.escape(e.operation.detail)}</li>"
+                          for i, e in enumerate(self.entries) if e.operation is not None and e.operation.detail)
+        if carried:
+            table += (f"<div style='font-size:12px'>what they carry:<ol style='margin:2px 0;padding-left:24px'>"
+                      f"{carried}</ol></div>")
+        return table
 
     def html(self) -> str:
         """The headline, how the bytes were counted, then :meth:`table_html`."""
