@@ -28,6 +28,7 @@ Examples
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 import torch.nn as nn
@@ -137,7 +138,13 @@ def _own_parameters(module: nn.Module, name: str, sharded: dict) -> str:
 
 
 def _name_fsdp(module, name: str, detail: str) -> None:
-    all_gather, reduce_scatter = _named_comms()
+    try:
+        all_gather, reduce_scatter = _named_comms()
+    except ImportError:  # a torch whose FSDP2 takes no communication objects of ours (before 2.8)
+        warnings.warn(f"name_collectives: this torch's FSDP2 ({torch.__version__}) takes no custom all-gather or "
+                      f"reduce-scatter, so the collectives of FSDP module {name or 'root'!r} are named by operation "
+                      "only", stacklevel=3)
+        return
     about = f"FSDP {name or 'root'}"
     module.set_custom_all_gather(all_gather(about, detail))
     module.set_custom_reduce_scatter(reduce_scatter(about, detail))

@@ -77,6 +77,7 @@ class Tracing:
         self.clock_offset_ns = 0
         self.clock_offset_error_ns = 0
         self.operations: list[tuple] = []  # (Operation, start ns, end ns) on the host's clock, since enable/reset
+        self.dropped_operations = 0  # operations past max_events (kept as the device events are: up to max_events)
 
     def enable(self, max_events: int = 1_000_000) -> None:
         """Allocate buffers for ``max_events`` events on this rank's device and point the device context at them.
@@ -97,7 +98,7 @@ class Tracing:
         self.op_index_counter = torch.zeros(1, dtype=torch.int32, device=device)
         self._point_context_at_buffers()
         self.clock_offset_ns, self.clock_offset_error_ns = self._tie_clock_to_host()
-        self.operations = []
+        self.operations, self.dropped_operations = [], 0
         operations.add_listener(self)  # held weakly: a context that is gone stops listening
         self.enabled = True
         self.iris.info(f"device tracing enabled, up to {self.max_events} events")
@@ -112,12 +113,16 @@ class Tracing:
         self._require_enabled("reset")
         self.trace_counter.zero_()
         self.op_index_counter.zero_()
-        self.operations = []
+        self.operations, self.dropped_operations = [], 0
 
     def operation_finished(self, operation, start_ns: int, end_ns: int) -> None:
         """A named operation ended (:func:`iris.instruments.operations.add_listener`): kept for the trace."""
-        if self.enabled:
+        if not self.enabled:
+            return
+        if len(self.operations) < self.max_events:
             self.operations.append((operation, start_ns, end_ns))
+        else:
+            self.dropped_operations += 1
 
     def recorded(self) -> int:
         """Events recorded so far, dropped ones included (what kernels counted)."""
@@ -147,6 +152,7 @@ class Tracing:
             "displayTimeUnit": "ns",
             "metadata": {**self._metadata(), "rank": self.iris.cur_rank, "num_events": stored,
                          "dropped_events": max(0, recorded - self.max_events),
+                         "dropped_operations": self.dropped_operations,
                          "clock_offset_ns": self.clock_offset_ns, "clock_offset_error_ns": self.clock_offset_error_ns},
         }
 
