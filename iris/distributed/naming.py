@@ -214,7 +214,7 @@ def _name_passes(module: nn.Module, about: str, detail: str) -> None:
 
     # First of the pre-hooks and last of the hooks: around those of parallelize_module, which call the collectives.
     module.register_forward_pre_hook(before, prepend=True, with_kwargs=True)
-    module.register_forward_hook(after, with_kwargs=True)
+    module.register_forward_hook(after, with_kwargs=True, always_call=True)  # a forward that raises pops too
     module._iris_named = about
 
 
