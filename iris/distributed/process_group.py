@@ -9,7 +9,8 @@ parameter groups and a tensor-parallel layer's activations repeat their shapes e
 allocate nothing.
 
 Ranks in the options torch passes (``rootRank``, ``dstRank``, ``srcRank``) are the group's, as ``iris.ccl``
-takes them. Every operation runs on the current stream (:mod:`iris.distributed.work`).
+takes them. On a GPU every operation runs on the backend's stream, after the caller's (:mod:`iris.distributed.streams`,
+:mod:`iris.distributed.work`).
 
 Every operation is named while it runs (:func:`iris.instruments.operations.operation`: torch.distributed's name of
 it, the bytes this rank puts in, the group's ranks, the root), so that the traffic matrix, the race checker, the
@@ -37,6 +38,7 @@ from ..ccl.chunks import chunk_size
 from ..ccl.tuning import untuned
 from ..instruments import operations
 from . import reductions
+from .streams import streamed
 from .work import IrisWork
 
 
@@ -138,6 +140,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         return gathered.view(tensor.dtype).view(self.size(), *tensor.shape)
 
     # -- all_reduce -------------------------------------------------------------------------------------------
+    @streamed
     def allreduce(self, tensors, opts=None):
         opts = opts or dist.AllreduceOptions()
         self._check("all_reduce", tensors)
@@ -162,6 +165,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         tensor.copy_(reductions.finish(out, plan, self.size()).view(tensor.shape))
 
     # -- all_gather -------------------------------------------------------------------------------------------
+    @streamed
     def allgather(self, output_tensors, input_tensors, opts=None):
         self._check("all_gather", input_tensors)
         for outputs, tensor in zip(output_tensors, input_tensors, strict=True):
@@ -172,6 +176,7 @@ class IrisProcessGroup(dist.ProcessGroup):
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
         return self.allgather(output_lists, input_tensors, opts)
 
+    @streamed
     def all_gather_single(self, output_tensor, input_tensor, opts=None):
         self._check("all_gather_into_tensor", [input_tensor, output_tensor])
         if output_tensor.numel() != self.size() * input_tensor.numel():
@@ -204,6 +209,7 @@ class IrisProcessGroup(dist.ProcessGroup):
             output.copy_(row.view(output.shape))
 
     # -- reduce_scatter ---------------------------------------------------------------------------------------
+    @streamed
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.ReduceScatterOptions()
         self._check("reduce_scatter", output_tensors)
@@ -215,6 +221,7 @@ class IrisProcessGroup(dist.ProcessGroup):
                 self._reduce_scatter(output, torch.cat([t.reshape(-1) for t in inputs]), opts.reduceOp)
         return self._done(list(output_tensors))
 
+    @streamed
     def reduce_scatter_single(self, output_tensor, input_tensor, opts=None):
         opts = opts or dist.ReduceScatterOptions()
         self._check("reduce_scatter_tensor", [output_tensor, input_tensor])
@@ -258,6 +265,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         output.copy_(mine.view(output.shape))
 
     # -- all_to_all -------------------------------------------------------------------------------------------
+    @streamed
     def all_to_all_single(self, output_tensor, input_tensor, output_split_sizes, input_split_sizes, opts=None):
         self._check("all_to_all_single", [output_tensor, input_tensor])
         world = self.size()
@@ -279,6 +287,7 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     alltoall_base = all_to_all_single  # torch before 2.12
 
+    @streamed
     def alltoall(self, output_tensors, input_tensors, opts=None):
         self._check("all_to_all", [*output_tensors, *input_tensors])
         if len(output_tensors) != self.size() or len(input_tensors) != self.size():
@@ -317,6 +326,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         output.view(-1).view(torch.uint8).copy_(out[0])
 
     # -- the collectives with a root ----------------------------------------------------------------------------
+    @streamed
     def broadcast(self, tensors, opts=None):
         opts = opts or dist.BroadcastOptions()
         self._check("broadcast", tensors)
@@ -329,6 +339,7 @@ class IrisProcessGroup(dist.ProcessGroup):
                 tensor.copy_(staged.view(torch.uint8).view(tensor.dtype).view(tensor.shape))
         return self._done(list(tensors))
 
+    @streamed
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
         self._check("reduce", tensors)
@@ -351,6 +362,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         if self.rank() == root:
             tensor.copy_(reductions.finish(out, plan, self.size()).view(tensor.shape))
 
+    @streamed
     def gather(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.GatherOptions()
         self._check("gather", input_tensors)
@@ -373,6 +385,7 @@ class IrisProcessGroup(dist.ProcessGroup):
             for output, row in zip(outputs, rows, strict=True):
                 output.copy_(row.view(output.dtype).view(output.shape))
 
+    @streamed
     def scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.ScatterOptions()
         self._check("scatter", output_tensors)
@@ -398,6 +411,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         output.copy_(out.view(torch.uint8).view(output.dtype).view(output.shape))
 
     # -- point-to-point -----------------------------------------------------------------------------------------
+    @streamed
     def send(self, tensors, dst_rank: int, tag: int = 0):
         self._check("send", tensors)
         me = self._ranks[self.rank()]
@@ -406,6 +420,7 @@ class IrisProcessGroup(dist.ProcessGroup):
                 self._shared.send(tensor, self._ranks[dst_rank], tag)
         return self._done(list(tensors))
 
+    @streamed
     def recv(self, tensors, src_rank: int, tag: int = 0):
         self._check("recv", tensors)
         me = self._ranks[self.rank()]
@@ -419,6 +434,7 @@ class IrisProcessGroup(dist.ProcessGroup):
                          "backend (nor by NCCL's): give src=")
 
     # -- barriers -----------------------------------------------------------------------------------------------
+    @streamed
     def barrier(self, opts=None):
         """Every member reaches this point: our device barrier; its work's ``wait`` blocks the host, as NCCL's."""
         with self._named("barrier"):

@@ -1,11 +1,10 @@
 """The handle an iris process group returns for each operation: torch.distributed's ``Work``, over our streams.
 
-Our collectives run on the caller's current stream (as :mod:`iris.ccl` does), so an operation is ordered after
-the work queued before it and before the work queued after it, on that stream. The handle records an event where
-the operation ends: :meth:`IrisWork.wait` makes the stream current *at wait* wait for it (NCCL's meaning of
-``wait``: the host is not blocked, except for a barrier, whose purpose is to block it), ``is_completed`` asks the
-event, ``get_future`` gives a future completed on the same stream. On the CPU backend the kernels have run by the
-time the call returns, so the work is complete when made.
+On a GPU an operation runs on the backend's own stream, after the caller's (:mod:`iris.distributed.streams`). The
+handle records an event where the operation ends: :meth:`IrisWork.wait` makes the stream current *at wait* wait for
+it (NCCL's meaning of ``wait``: the host is not blocked, except for a barrier, whose purpose is to block it),
+``is_completed`` asks the event, ``get_future`` gives a future completed on that stream. On the CPU backend the
+kernels have run by the time the call returns, so the work is complete when made.
 
 Examples
 --------
@@ -29,7 +28,7 @@ class IrisWork(dist._Work):
     result : list of torch.Tensor
         What the operation wrote (its future's value, as torch's backends give).
     device : torch.device
-        Where it ran; on ``cuda`` an event is recorded on the current stream, now.
+        Where it ran; on ``cuda`` an event is recorded on the current stream (the backend's), now.
     blocking : bool
         ``wait`` blocks the host until the operation ended (a barrier's meaning).
     """
