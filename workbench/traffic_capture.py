@@ -106,6 +106,7 @@ def last_view(need=None, launch: int | None = None, label: str = "", operation=N
 
     if need is None and launch is None and operation is None:
         by_operation = last_per_operation()
+        by_operation.label = label
         if by_operation.named():
             return OperationsTrafficView(by_operation, last_matrix(label=label), note=_note())
     return TrafficView(last_matrix(need, launch, label, operation), note=_note())

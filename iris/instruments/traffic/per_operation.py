@@ -34,6 +34,7 @@ from ...base.tables import html_table
 from .matrix import SOURCES, TrafficMatrix, _text_table
 from .minimum import of_operation
 
+SHORT_CELL = 32  # characters of a pairs cell kept on one line ("0→1 12.5 KiB, 1→0 12.5 KiB")
 HEAD = ("#", "operation", "kernels", "per rank", "crossed ranks", "needed", "× minimum", "from → to")
 
 
@@ -80,8 +81,9 @@ class TrafficByOperation:
     world : int
     """
 
-    def __init__(self, entries: list[OperationTraffic], source: str, world: int):
+    def __init__(self, entries: list[OperationTraffic], source: str, world: int, label: str = ""):
         self.entries, self.source, self.world = entries, source, world
+        self.label = label  # what the recording is called (``--traffic DDP``), in the headline
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -104,7 +106,8 @@ class TrafficByOperation:
 
     def headline(self) -> str:
         crossed = sum(int(e.matrix.crossing().sum()) for e in self.entries)
-        return (f"traffic per operation on {self.world} ranks: {len(self.named())} named operations, "
+        of = f" of {self.label}" if self.label else ""
+        return (f"traffic per operation{of} on {self.world} ranks: {len(self.named())} named operations, "
                 f"{len(self.entries) - len(self.named())} other launches, {format_size(crossed)} crossed ranks")
 
     def rows(self) -> list[list[str]]:
@@ -132,9 +135,12 @@ class TrafficByOperation:
         view with a header of its own shows it under that."""
         rows = []
         for row in self.rows():
-            # The pairs wrap between each other, never inside one ("0→1 4.2 KiB" stays whole).
+            # The pairs wrap between each other, never inside one ("0→1 4.2 KiB" stays whole); a short list (two
+            # ranks' pairs) stays on one line, as every short cell of our tables does.
             pairs = ", ".join(f"<span style='white-space:nowrap'>{html.escape(pair)}</span>"
                               for pair in row[-1].split(", "))
+            if len(row[-1]) <= SHORT_CELL:
+                pairs = f"<span style='white-space:nowrap'>{html.escape(row[-1])}</span>"
             rows.append([*(html.escape(cell) for cell in row[:-1]), pairs])
         table = html_table([html.escape(h) for h in HEAD], rows, align="rllrrrrl", wrap=(7,),
                            css_class="iris-traffic-operations", row_labels=False)
