@@ -51,9 +51,9 @@ class Operation(NamedTuple):
     """One named operation of this process (a collective of the ``iris`` backend, or one a user names).
 
     A named tuple: every collective of the backend makes one, and a tuple costs a fraction of a frozen dataclass to
-    make (an eager GPU collective takes a few microseconds of host time all told).
+    make (an eager GPU collective takes a few microseconds of host time all told). Its fields, by position or name:
 
-    Attributes
+    Parameters
     ----------
     name : str
         What runs, as torch.distributed calls it: ``"all_reduce"``, ``"all_gather_into_tensor"``, ``"send"``...
