@@ -20,9 +20,9 @@ from .diff_ccl_cases import case_numbers, draw_case, run_seed
 from .multirank import run_ranks
 
 WORLDS = (2, 3, 4)
-# 300 cases took 161 CPU seconds on 2 shared cores (2026-11-26): 160 a run (each run draws another seed, so the runs
+# 300 cases took 161 CPU seconds on 2 shared cores (2026-11-26): 124 a run (each run draws another seed, so the runs
 # together cover what one run cannot; IRIS_DIFF_SEED replays one)
-COUNTS = {2: 80, 3: 50, 4: 30}
+COUNTS = {2: 60, 3: 40, 4: 24}
 SEED = run_seed()
 
 

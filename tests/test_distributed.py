@@ -20,9 +20,9 @@ def _no_heap_files(no_heap_files_left_behind):
     yield
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_every_operation_matches_gloo(world):
-    results = run_ranks(world, f"{CASES}:every_operation", timeout=600)
+def test_every_operation_matches_gloo():
+    # 3 ranks: sizes that do not divide evenly, every root; 2 ranks run the training loops, refusals and groups
+    results = run_ranks(3, f"{CASES}:every_operation", timeout=600)
     assert len({r["compared"] for r in results}) == 1 and results[0]["compared"] > 25
 
 
