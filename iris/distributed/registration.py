@@ -174,6 +174,8 @@ def register(ctx: Iris | None = None, options: Options | None = None) -> None:
     >>> tp = dist.new_group([0, 1], backend="iris")                     # runs on ctx's heap
     """
     global _shared
+    if not dist.is_available():  # a torch built without torch.distributed: nothing to register with
+        return
     if ctx is not None:
         _shared = Backend(ctx, options or Options())
     if NAME.upper() not in dist.Backend._plugins:
