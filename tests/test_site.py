@@ -180,10 +180,14 @@ def test_site_builds_and_shows_the_pictures_offline(browser):
     refused += open_offline(browser, SITE / "lessons" / f"{RACES}.html", check_stepped_runs)
     refused += open_offline(browser, SITE / "architecture.html", check_architecture)
     problems = []
-    for lesson in sorted((SITE / "lessons").glob("[0-9]*.html")):
+
+    def at_every_width(page, lesson) -> None:  # one load, laid out again at each width (a load costs more)
         for width in WIDTHS:
-            refused += open_offline(browser, lesson, lambda page, at=f"{lesson.stem} at {width} px": problems.extend(
-                f"{at}: {problem}" for problem in view_problems(page)), width)
+            page.set_viewport_size({"width": width, "height": 1000})
+            problems.extend(f"{lesson.stem} at {width} px: {problem}" for problem in view_problems(page))
+
+    for lesson in sorted((SITE / "lessons").glob("[0-9]*.html")):
+        refused += open_offline(browser, lesson, lambda page, lesson=lesson: at_every_width(page, lesson))
     assert not refused, f"the site's pages asked the network for {refused}"
     assert not problems, "\n".join(problems)
 
