@@ -37,6 +37,7 @@ class IrisWork(dist._Work):
         super().__init__()
         self._result = result
         self._blocking = blocking
+        self._device = device
         self._event = None
         if device.type == "cuda":
             self._event = torch.cuda.Event()
@@ -54,7 +55,7 @@ class IrisWork(dist._Work):
             if self._blocking:
                 self._event.synchronize()
             else:
-                torch.cuda.current_stream().wait_event(self._event)
+                torch.cuda.current_stream(self._device).wait_event(self._event)
         return True
 
     def is_completed(self) -> bool:
