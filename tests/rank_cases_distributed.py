@@ -255,7 +255,8 @@ def _train(kind: str, group, steps: int = 3, device=None) -> list[float]:
 
 def groups_of_two() -> dict:
     """On 4 ranks: pairs of ranks as sub-groups, consecutive ([0, 1], [2, 3]) and strided ([0, 2], [1, 3]), each
-    pair's all_reduce and a send within it (group ranks, as torch.distributed numbers them). Every rank calls its
+    pair's all_reduce, a send and an all_to_all_single with split sizes within it (group ranks, as torch.distributed
+    numbers them). Every rank calls its
     own pair's collectives at the same time: the first call of a shape allocates on every rank's heap."""
     rank, world = _start()
     sums = {}
@@ -275,6 +276,12 @@ def groups_of_two() -> dict:
         for work in works:
             work.wait()
         assert received.tolist() == [float(other)] * 3, received
+        me = members.index(rank)  # all_to_all_single with split sizes inside the pair: member i sends j i + j + 1
+        got = torch.zeros(sum(s + me + 1 for s in range(2)))
+        dist.all_to_all_single(got, torch.full((sum(me + j + 1 for j in range(2)),), float(rank)),
+                               [s + me + 1 for s in range(2)], [me + j + 1 for j in range(2)], group=mine)
+        want = torch.cat([torch.full((s + me + 1,), float(members[s])) for s in range(2)])
+        assert torch.equal(got, want), (got, want)
         sums[name] = t[0].item()
     dist.destroy_process_group()
     return sums

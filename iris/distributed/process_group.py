@@ -317,8 +317,10 @@ class IrisProcessGroup(dist.ProcessGroup):
             output.view(-1).view(torch.uint8).copy_(out.view(-1).view(torch.uint8))
             return
         # Split sizes: all_to_all_v over one row of bytes per member, each as wide as its own input and output;
-        # the staging buffers hold the widest of any member, so that every member grows them alike.
-        width = max(max(pair) for pair in self._ctx.group.all_gather_object((sum(sent), sum(got))))
+        # the staging buffers hold the widest of any member, so that every member grows them alike. The members
+        # learn it from each other with our all_gather (over this group's members only, as the call is).
+        sizes = torch.tensor([sum(sent), sum(got)], dtype=torch.int64, device=self._ctx.get_device())
+        width = int(self._rows(sizes).max())
         staged = self._shared.staging.view("input", (1, width), torch.uint8)[:, :sum(sent)]
         staged[0].copy_(src)
         out = self._shared.staging.view("output", (1, width), torch.uint8)[:, :sum(got)]
