@@ -253,7 +253,7 @@ class IrisProcessGroup(dist.ProcessGroup):
             return
         # Our kernel's chunks are 16-element aligned (iris.ccl.chunks): each rank's block is padded to that, so
         # that member r's chunk is exactly block r.
-        padded = chunk_size(world * (-(-n // 16) * 16), world)
+        padded = chunk_size(world * n, world)
         staged = self._shared.staging.view("input", (world, padded), flat.dtype)
         staged[:, :n].copy_(flat.view(world, n))
         if padded > n:
